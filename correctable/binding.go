@@ -1,0 +1,159 @@
+package correctable
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Emitter is the upcall a Binding uses to deliver a view. The binding sets
+// Value, Level, and optionally Confirmed (payload-free confirmation of the
+// previous view's value) and Stamp; Invoke sets Final (the view at the
+// strongest requested level is the final one) and Elapsed, ignoring what the
+// binding put there.
+//
+// Emit returns an error, and drops the view, when the view breaks the
+// contract: ErrUnrequestedLevel for a level that was not requested,
+// ErrWeakerLevel for a level not stronger than one already emitted, and
+// ErrClosed once the Correctable has closed (final view emitted, invocation
+// context done). A binding should stop working on the operation once Emit
+// returns ErrClosed. Emit is safe for concurrent use and does not block.
+type Emitter[T any] func(View[T]) error
+
+// Binding connects Correctables to one storage stack (Correctables §5.1).
+// Op is the binding's operation type, T the type of a result.
+type Binding[Op, T any] interface {
+	// Levels returns the consistency levels the binding offers, ordered
+	// weakest to strongest, without duplicates. It is called on every
+	// invocation and must not change between calls.
+	Levels() []Level
+
+	// Submit executes op, calling emit once for each level in levels (a
+	// non-empty subset of Levels, in the same order), weakest first. It
+	// may skip a weaker level (for example when the strong reply arrives
+	// first) but not the last one, whose view closes the Correctable.
+	//
+	// Submit is synchronous: it returns once it emitted the last view,
+	// failed (its error fails the Correctable), or ctx is done. Invoke
+	// calls it on a goroutine of its own and cancels ctx when the
+	// Correctable closes, so Submit must return promptly after ctx ends.
+	Submit(ctx context.Context, op Op, levels []Level, emit Emitter[T]) error
+}
+
+// Invoke executes op through b and returns a Correctable that receives one
+// view per requested level, weakest first; with no levels it requests all of
+// b.Levels(). Requested levels must be declared by b and ordered weakest to
+// strongest; otherwise, or if b declares no levels or declares them out of
+// order, the returned Correctable has failed with ErrInvalidLevels.
+//
+// Invoke never blocks. It runs b.Submit on a goroutine that ends when Submit
+// returns. It enforces the contract whatever b does: views at unrequested or
+// weaker levels and views after close are dropped (Emit returns the error to
+// the binding); an error from Submit fails the Correctable; if Submit returns
+// nil without the final view the Correctable fails with ErrIncomplete; if ctx
+// ends first it fails with ctx's cause. When the Correctable closes, the
+// context passed to Submit is cancelled.
+func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...Level) *Correctable[T] {
+	c, r := New[T]()
+	levels, err := checkLevels(b.Levels(), levels)
+	if err != nil {
+		_ = r.Fail(fmt.Errorf("invoke: %w", err)) // c is new: cannot fail
+		return c
+	}
+	// Fail on the caller's context ending first; stop watching at close.
+	stop := context.AfterFunc(ctx, func() {
+		_ = r.Fail(fmt.Errorf("correctable: invoke: %w", context.Cause(ctx)))
+	})
+	sctx, cancel := context.WithCancel(ctx)
+	c.whenClosed(func() { stop(); cancel() })
+
+	e := &emitter[T]{r: r, levels: levels}
+	go func() {
+		defer cancel()
+		err := b.Submit(sctx, op, levels, e.emit)
+		if err != nil {
+			_ = r.Fail(fmt.Errorf("correctable: invoke: %w", err)) // ErrClosed if already closed: fine
+			return
+		}
+		_ = r.Fail(ErrIncomplete) // ErrClosed in the normal case, where the final view closed c
+	}()
+	return c
+}
+
+// InvokeWeak executes op at b's weakest level only: the Correctable receives
+// a single, final view (Correctables §3.2).
+func InvokeWeak[Op, T any](ctx context.Context, b Binding[Op, T], op Op) *Correctable[T] {
+	ls := b.Levels()
+	if len(ls) == 0 {
+		return Invoke(ctx, b, op) // fails with ErrInvalidLevels
+	}
+	return Invoke(ctx, b, op, ls[0])
+}
+
+// InvokeStrong executes op at b's strongest level only: the Correctable
+// receives a single, final view (Correctables §3.2).
+func InvokeStrong[Op, T any](ctx context.Context, b Binding[Op, T], op Op) *Correctable[T] {
+	ls := b.Levels()
+	if len(ls) == 0 {
+		return Invoke(ctx, b, op)
+	}
+	return Invoke(ctx, b, op, ls[len(ls)-1])
+}
+
+// checkLevels validates a binding's declared levels and the requested ones,
+// and returns the levels to request (a copy the binding cannot alias).
+func checkLevels(declared, requested []Level) ([]Level, error) {
+	if len(declared) == 0 {
+		return nil, fmt.Errorf("binding declares no levels: %w", ErrInvalidLevels)
+	}
+	for i := 1; i < len(declared); i++ {
+		if declared[i].Compare(declared[i-1]) <= 0 {
+			return nil, fmt.Errorf("binding declares %s after %s, not weakest to strongest: %w",
+				declared[i], declared[i-1], ErrInvalidLevels)
+		}
+	}
+	if len(requested) == 0 {
+		return slices.Clone(declared), nil
+	}
+	for i, l := range requested {
+		if !slices.Contains(declared, l) {
+			return nil, fmt.Errorf("level %s not offered by the binding (it offers %v): %w", l, declared, ErrInvalidLevels)
+		}
+		if i > 0 && l.Compare(requested[i-1]) <= 0 {
+			return nil, fmt.Errorf("requested %s after %s, not weakest to strongest: %w", l, requested[i-1], ErrInvalidLevels)
+		}
+	}
+	return slices.Clone(requested), nil
+}
+
+// emitter enforces the binding side of the contract for one invocation.
+type emitter[T any] struct {
+	r      *Resolver[T]
+	levels []Level
+
+	mu   sync.Mutex
+	next int // index in levels of the weakest level still acceptable
+}
+
+func (e *emitter[T]) emit(v View[T]) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	i := slices.Index(e.levels, v.Level)
+	switch {
+	case i < 0:
+		return fmt.Errorf("emit at %s (requested %v): %w", v.Level, e.levels, ErrUnrequestedLevel)
+	case i < e.next:
+		return fmt.Errorf("emit at %s after %s: %w", v.Level, e.levels[e.next-1], ErrWeakerLevel)
+	}
+	v.Elapsed = 0 // measured by the Correctable
+	if i == len(e.levels)-1 {
+		if err := e.r.Close(v); err != nil {
+			return err
+		}
+	} else if err := e.r.Update(v); err != nil {
+		return err
+	}
+	e.next = i + 1
+	return nil
+}
