@@ -49,7 +49,7 @@
 //     is one RTT faster than on a real WAN. Long-lived gRPC connections do
 //     not notice.
 //   - Throughput per connection is bounded by the emulated window
-//     (ChunkSize * MaxChunksInFlight per one-way latency, 8 MiB by default),
+//     (ChunkSize * MaxChunksInFlight per one-way latency, 4 MiB by default),
 //     not by TCP's congestion control; slow start is not emulated.
 //   - Timers are those of the Go runtime: delays are late by the scheduling
 //     and timer granularity of the machine (tens of microseconds idle, more

@@ -47,7 +47,7 @@ const (
 	DefaultListenAddr        = "127.0.0.1:0"
 	DefaultMaxConns          = 256
 	DefaultChunkSize         = 32 << 10
-	DefaultMaxChunksInFlight = 256
+	DefaultMaxChunksInFlight = 128
 	DefaultDialTimeout       = 5 * time.Second
 
 	// MaxLatency bounds one-way latency and jitter: nothing on Earth is
@@ -91,7 +91,8 @@ type Config struct {
 	// connection; when it is full the proxy stops reading and TCP flow
 	// control pushes back on the sender. ChunkSize*MaxChunksInFlight is the
 	// emulated window: throughput per connection is at most that per
-	// one-way Latency. Default 256 (8 MiB with the default ChunkSize).
+	// one-way Latency. Default 128 (4 MiB with the default ChunkSize;
+	// small reads hold only their own size).
 	MaxChunksInFlight int
 	// DialTimeout bounds the dial to the target. Default 5 s.
 	DialTimeout time.Duration
@@ -523,7 +524,7 @@ func (p *Proxy) read(c *conn, src net.Conn, q chan<- chunk, dir int) {
 		case q <- ch:
 			return true
 		case <-c.ctx.Done():
-			if ch.buf != nil {
+			if ch.buf != nil && cap(*ch.buf) == p.cfg.ChunkSize {
 				p.bufs.Put(ch.buf)
 			}
 			return false
@@ -532,6 +533,15 @@ func (p *Proxy) read(c *conn, src net.Conn, q chan<- chunk, dir int) {
 	for {
 		buf := p.bufs.Get().(*[]byte)
 		n, err := src.Read(*buf)
+		if n > 0 && n < len(*buf)/4 {
+			// Small reads (most gRPC frames) get a buffer of their own
+			// size, so that memory held follows the bytes in flight rather
+			// than the number of chunks.
+			small := make([]byte, n)
+			copy(small, (*buf)[:n])
+			p.bufs.Put(buf)
+			buf = &small
+		}
 		if n > 0 {
 			if !send(chunk{buf: buf, n: n, due: p.stamp(dir, n), kind: data}) {
 				return
@@ -578,7 +588,9 @@ func (p *Proxy) write(c *conn, dst net.Conn, q <-chan chunk, dir int) {
 		switch ch.kind {
 		case data:
 			n, err := dst.Write((*ch.buf)[:ch.n])
-			p.bufs.Put(ch.buf)
+			if cap(*ch.buf) == p.cfg.ChunkSize {
+				p.bufs.Put(ch.buf)
+			}
 			p.bytes[dir].Add(int64(n))
 			if err != nil {
 				p.log.Debug("netem: write", "err", err)
