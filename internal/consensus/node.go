@@ -1,0 +1,256 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// raftElectionTick disables raft's own randomised election timer (which draws
+// from crypto/rand and would make simulations unrepeatable); Node runs its own.
+const raftElectionTick = 1 << 30
+
+// Config configures a Node. Zero values are replaced by defaults in validate.
+type Config struct {
+	// ID is this replica's raft id; non-zero.
+	ID uint64
+	// Peers lists every replica's raft id, this one included, for a fresh
+	// cluster. Ignored when Storage already holds a configuration.
+	Peers []uint64
+	// Storage is the durable raft log. The caller appends Ready.Entries and
+	// Ready.HardState to it before sending Ready.Messages.
+	Storage raft.Storage
+	// Applied is the last log index already applied to the state machine
+	// (0 on a replica that rebuilds its state by replaying the log).
+	Applied uint64
+	// ElectionTicks is the minimum number of ticks without hearing from a
+	// leader before a follower campaigns; the timeout is drawn uniformly in
+	// [ElectionTicks, 2*ElectionTicks). Default 10.
+	ElectionTicks int
+	// HeartbeatTicks is the leader's heartbeat interval in ticks. Default 1.
+	HeartbeatTicks int
+	// Rand draws election timeouts. Required: determinism comes from here.
+	Rand *rand.Rand
+	// MaxSizePerMsg bounds the bytes of entries in one append message.
+	// Default 1 MiB.
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs bounds the append messages in flight to one follower.
+	// Default 256.
+	MaxInflightMsgs int
+	// MaxUncommittedEntriesSize bounds the bytes of proposals the leader holds
+	// uncommitted; past it proposals fail with raft.ErrProposalDropped.
+	// Default 64 MiB.
+	MaxUncommittedEntriesSize uint64
+	// Logger receives raft's log lines. Default: discarded.
+	Logger raft.Logger
+}
+
+func (c *Config) validate() error {
+	if c.ID == 0 {
+		return errors.New("consensus: config: ID must be non-zero")
+	}
+	if c.Storage == nil {
+		return errors.New("consensus: config: Storage is required")
+	}
+	if c.Rand == nil {
+		return errors.New("consensus: config: Rand is required (it makes elections deterministic)")
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.HeartbeatTicks >= c.ElectionTicks {
+		return fmt.Errorf("consensus: config: HeartbeatTicks (%d) must be below ElectionTicks (%d)", c.HeartbeatTicks, c.ElectionTicks)
+	}
+	if c.MaxSizePerMsg == 0 {
+		c.MaxSizePerMsg = 1 << 20
+	}
+	if c.MaxInflightMsgs == 0 {
+		c.MaxInflightMsgs = 256
+	}
+	if c.MaxUncommittedEntriesSize == 0 {
+		c.MaxUncommittedEntriesSize = 64 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = discardLogger{}
+	}
+	return nil
+}
+
+// Node is one replica's raft participant with a deterministic election timer.
+// It is not safe for concurrent use: one owner feeds it, as with RawNode.
+type Node struct {
+	cfg Config
+	rn  *raft.RawNode
+
+	// sinceLeader counts ticks since this node last heard from a leader of
+	// its current term (or voted, or was leader); timeout is the current
+	// randomised election timeout.
+	sinceLeader int
+	timeout     int
+}
+
+// New starts a Node. A fresh cluster (empty storage) bootstraps with
+// cfg.Peers; a restarted one recovers its configuration from storage.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              raftElectionTick,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   cfg.Storage,
+		Applied:                   cfg.Applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedEntriesSize,
+		MaxCommittedSizePerReady:  4 * cfg.MaxSizePerMsg,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    cfg.Logger,
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("consensus: %w", err)
+	}
+	_, cs, err := cfg.Storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("consensus: reading initial state: %w", err)
+	}
+	last, err := cfg.Storage.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("consensus: reading last index: %w", err)
+	}
+	// A fresh cluster bootstraps. A restarted replica finds its log (and
+	// replays its configuration changes from it, or from a snapshot).
+	if last == 0 && len(cs.GetVoters()) == 0 {
+		if len(cfg.Peers) == 0 {
+			return nil, errors.New("consensus: empty storage and no Peers to bootstrap with")
+		}
+		peers := make([]raft.Peer, len(cfg.Peers))
+		for i, id := range cfg.Peers {
+			peers[i] = raft.Peer{ID: id}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("consensus: bootstrap: %w", err)
+		}
+	}
+	n := &Node{cfg: cfg, rn: rn}
+	n.resetTimer()
+	return n, nil
+}
+
+func (n *Node) resetTimer() {
+	n.sinceLeader = 0
+	n.timeout = n.cfg.ElectionTicks + n.cfg.Rand.IntN(n.cfg.ElectionTicks)
+}
+
+// Tick advances the logical clock by one tick: heartbeats on a leader, the
+// election timer on everyone else.
+func (n *Node) Tick() {
+	n.rn.Tick()
+	if n.rn.BasicStatus().RaftState == raft.StateLeader {
+		n.sinceLeader = 0
+		return
+	}
+	n.sinceLeader++
+	if n.sinceLeader >= n.timeout {
+		n.resetTimer()
+		// Campaign starts a pre-vote; an error only means this node cannot
+		// campaign now (for example it is not a voter), which is not fatal.
+		_ = n.rn.Campaign()
+	}
+}
+
+// Step hands a message from a peer to raft.
+func (n *Node) Step(m *raftpb.Message) error {
+	before := n.rn.BasicStatus()
+	switch m.GetType() {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+		// Only a leader of at least our term sends these; hearing from it
+		// keeps us from campaigning.
+		if m.GetTerm() >= before.GetTerm() {
+			n.sinceLeader = 0
+		}
+	}
+	if err := n.rn.Step(m); err != nil {
+		return fmt.Errorf("consensus: step %s from %d: %w", m.GetType(), m.GetFrom(), err)
+	}
+	if after := n.rn.BasicStatus(); after.GetTerm() != before.GetTerm() {
+		// A new term (a vote granted, or a new leader seen) gives the
+		// candidate or leader of that term a full timeout, as raft does.
+		n.resetTimer()
+	}
+	return nil
+}
+
+// Propose appends data to the log through the leader. It fails with
+// raft.ErrProposalDropped when there is no known leader or the leader's
+// uncommitted budget is full; the caller retries.
+func (n *Node) Propose(data []byte) error { return n.rn.Propose(data) }
+
+// ReadIndex asks for a linearizable read point; the answer arrives as a
+// raft.ReadState in a later Ready, carrying rctx. Without a leader the request
+// is dropped silently, so the caller retries.
+func (n *Node) ReadIndex(rctx []byte) { n.rn.ReadIndex(rctx) }
+
+// HasReady reports whether Ready would return anything.
+func (n *Node) HasReady() bool { return n.rn.HasReady() }
+
+// Ready returns what raft has for the caller: entries and hard state to
+// persist first, then messages to send and committed entries to apply.
+func (n *Node) Ready() raft.Ready { return n.rn.Ready() }
+
+// Advance tells raft that the last Ready was handled.
+func (n *Node) Advance(rd raft.Ready) { n.rn.Advance(rd) }
+
+// Status is raft's basic status: term, leader, commit and applied index.
+func (n *Node) Status() raft.BasicStatus { return n.rn.BasicStatus() }
+
+// IsLeader reports whether this node is the leader of its current term.
+func (n *Node) IsLeader() bool { return n.rn.BasicStatus().RaftState == raft.StateLeader }
+
+// ReportUnreachable tells raft a message to id could not be delivered.
+func (n *Node) ReportUnreachable(id uint64) { n.rn.ReportUnreachable(id) }
+
+// ReportSnapshot tells raft how sending a snapshot to id ended.
+func (n *Node) ReportSnapshot(id uint64, ok bool) {
+	st := raft.SnapshotFinish
+	if !ok {
+		st = raft.SnapshotFailure
+	}
+	n.rn.ReportSnapshot(id, st)
+}
+
+// TransferLeadership asks the leader to hand leadership to id.
+func (n *Node) TransferLeadership(id uint64) { n.rn.TransferLeader(id) }
+
+// discardLogger drops raft's log lines; the driver injects a real one.
+type discardLogger struct{}
+
+func (discardLogger) Debug(...interface{})            {}
+func (discardLogger) Debugf(string, ...interface{})   {}
+func (discardLogger) Error(...interface{})            {}
+func (discardLogger) Errorf(string, ...interface{})   {}
+func (discardLogger) Info(...interface{})             {}
+func (discardLogger) Infof(string, ...interface{})    {}
+func (discardLogger) Warning(...interface{})          {}
+func (discardLogger) Warningf(string, ...interface{}) {}
+func (discardLogger) Fatal(v ...interface{})          { panic(fmt.Sprint(v...)) }
+func (discardLogger) Fatalf(f string, v ...interface{}) {
+	panic(fmt.Sprintf(f, v...))
+}
+func (discardLogger) Panic(v ...interface{})            { panic(fmt.Sprint(v...)) }
+func (discardLogger) Panicf(f string, v ...interface{}) { panic(fmt.Sprintf(f, v...)) }
+
+// ApplyConfChange applies a committed configuration change entry and returns
+// the resulting configuration.
+func (n *Node) ApplyConfChange(cc raftpb.ConfChangeI) *raftpb.ConfState {
+	return n.rn.ApplyConfChange(cc)
+}

@@ -1,0 +1,171 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/correctables/correctables/internal/state"
+)
+
+// ErrCorrupt is returned for bytes that do not decode.
+var ErrCorrupt = errors.New("replica: corrupt encoding")
+
+// entry is the payload of a raft log entry: operations to commit, in the
+// order they are to be committed (the proposer sorts them; every replica
+// sorts again, so the order never depends on the proposer).
+type entry struct {
+	Proposer uint64
+	Ops      []*Req
+}
+
+const (
+	entryVersion = 1
+	// maxDecodeOps bounds what a decoder allocates for a claimed count.
+	maxDecodeOps = 1 << 20
+)
+
+func encodeEntry(e entry) []byte {
+	b := []byte{entryVersion}
+	b = binary.AppendUvarint(b, e.Proposer)
+	b = binary.AppendUvarint(b, uint64(len(e.Ops)))
+	for _, q := range e.Ops {
+		b = AppendReq(b, q)
+	}
+	return b
+}
+
+func decodeEntry(b []byte) (entry, error) {
+	d := decoder{b: b}
+	if v := d.byte(); v != entryVersion {
+		return entry{}, fmt.Errorf("%w: entry version %d", ErrCorrupt, v)
+	}
+	e := entry{Proposer: d.uvarint()}
+	n := d.count()
+	for i := 0; i < n && d.err == nil; i++ {
+		e.Ops = append(e.Ops, d.req())
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	return e, d.err
+}
+
+// AppendReq appends the encoding of a Req (used in log entries, on the wire
+// between replicas, and for persisted own operations).
+func AppendReq(b []byte, q *Req) []byte {
+	b = binary.AppendUvarint(b, q.ID.Origin)
+	b = binary.AppendUvarint(b, q.ID.Seq)
+	b = binary.AppendUvarint(b, q.TS)
+	if q.Strong {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = appendVV(b, q.Ctx)
+	op := state.EncodeOp(q.Op)
+	b = binary.AppendUvarint(b, uint64(len(op)))
+	return append(b, op...)
+}
+
+// DecodeReq decodes one Req and returns the bytes after it.
+func DecodeReq(b []byte) (*Req, []byte, error) {
+	d := decoder{b: b}
+	q := d.req()
+	return q, d.b, d.err
+}
+
+func appendVV(b []byte, v VV) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	for _, o := range v.origins() {
+		b = binary.AppendUvarint(b, o)
+		b = binary.AppendUvarint(b, v[o])
+	}
+	return b
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.fail("short")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) count() int {
+	n := d.uvarint()
+	if n > maxDecodeOps || n > uint64(len(d.b)) {
+		d.fail("count too large")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) vv() VV {
+	n := d.count()
+	if n == 0 {
+		return nil
+	}
+	v := make(VV, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		v[d.uvarint()] = d.uvarint()
+	}
+	return v
+}
+
+func (d *decoder) req() *Req {
+	q := &Req{}
+	q.ID.Origin = d.uvarint()
+	q.ID.Seq = d.uvarint()
+	q.TS = d.uvarint()
+	switch d.byte() {
+	case 0:
+	case 1:
+		q.Strong = true
+	default:
+		d.fail("bad strong flag")
+	}
+	q.Ctx = d.vv()
+	n := d.count()
+	if d.err != nil {
+		return q
+	}
+	op, err := state.DecodeOp(d.b[:n])
+	if err != nil {
+		d.err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return q
+	}
+	q.Op = op
+	d.b = d.b[n:]
+	if q.ID.Origin == 0 || q.ID.Seq == 0 {
+		d.fail("zero operation id")
+	}
+	return q
+}

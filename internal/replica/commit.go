@@ -1,0 +1,341 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/internal/state"
+)
+
+// propose puts a strong operation into the log together with every
+// operation of its causal context that this replica does not know to be
+// committed. The entry is then self-contained: CAB's delivery condition
+// (Creek's checkDep) holds at every replica that reads it, so no replica
+// waits for an origin that crashed after proposing. If this replica does not
+// hold the whole context (after a restart, some of it may be missing until
+// gossip or the log brings it back) it waits and the retry proposes later.
+func (r *Replica) propose(req *Req) {
+	if !r.vv.Covers(req.Ctx) {
+		return
+	}
+	var ops []*Req
+	for _, e := range r.tentative {
+		q := e.req
+		if q == req || q.ID.Seq <= req.Ctx[q.ID.Origin] {
+			ops = append(ops, q)
+		}
+	}
+	r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: ops})
+}
+
+// proposeNoop commits this replica's tentative operations without a client
+// operation (the periodic strong no-op of Creek §4.4).
+func (r *Replica) proposeNoop() {
+	ops := make([]*Req, len(r.tentative))
+	for i, e := range r.tentative {
+		ops[i] = e.req
+	}
+	r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: ops})
+}
+
+func (r *Replica) proposeEntry(e entry) {
+	// A dropped proposal (no leader yet, or the leader's budget is full) is
+	// retried by the tick loop; nothing else to do here.
+	_ = r.node.Propose(encodeEntry(e))
+}
+
+// apply delivers one committed raft entry.
+func (r *Replica) apply(ent *raftpb.Entry) error {
+	r.applied = ent.GetIndex()
+	switch ent.GetType() {
+	case raftpb.EntryConfChange:
+		var cc raftpb.ConfChange
+		if err := proto.Unmarshal(ent.GetData(), &cc); err != nil {
+			return fmt.Errorf("replica: conf change at %d: %w", ent.GetIndex(), err)
+		}
+		r.node.ApplyConfChange(&cc)
+		return nil
+	case raftpb.EntryConfChangeV2:
+		var cc raftpb.ConfChangeV2
+		if err := proto.Unmarshal(ent.GetData(), &cc); err != nil {
+			return fmt.Errorf("replica: conf change at %d: %w", ent.GetIndex(), err)
+		}
+		r.node.ApplyConfChange(&cc)
+		return nil
+	}
+	if len(ent.GetData()) == 0 {
+		return nil // raft's empty entry at the start of a term
+	}
+	e, err := decodeEntry(ent.GetData())
+	if err != nil {
+		return fmt.Errorf("replica: entry %d: %w", ent.GetIndex(), err)
+	}
+	return r.commit(e.Ops)
+}
+
+// commit moves the operations of a delivered entry to the committed list
+// (Algorithm 1, commit): those not committed yet, in (TS, ID) order. The
+// tentative list keeps the rest. Execution is adjusted with as little
+// rollback as the orders allow: the longest common prefix of the tentative
+// list and the newly committed operations stays as it was executed.
+func (r *Replica) commit(ops []*Req) error {
+	var fresh []*Req
+	next := VV{}
+	for _, q := range ops {
+		o := q.ID.Origin
+		if q.ID.Seq <= r.committedVV[o] {
+			continue // committed by an earlier entry
+		}
+		want := max(r.committedVV[o], next[o]) + 1
+		if q.ID.Seq != want {
+			// Entries are built from contiguous prefixes; a gap means a
+			// corrupted or foreign log.
+			return fmt.Errorf("replica: entry commits %v, expected %d.%d next", q.ID, o, want)
+		}
+		next[o] = q.ID.Seq
+		fresh = append(fresh, q)
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	slices.SortFunc(fresh, compareReq)
+
+	// Longest common prefix with the tentative list: executed already in
+	// the committed order, so their results stand.
+	m := 0
+	for m < len(fresh) && m < len(r.tentative) && r.tentative[m].req.ID == fresh[m].ID {
+		m++
+	}
+	results := make([]state.Result, len(fresh))
+	for i := 0; i < m; i++ {
+		results[i] = r.tentative[i].result
+	}
+	rest := r.rollbackTo(m)
+	r.tentative = r.tentative[:0:0]
+	for i := m; i < len(fresh); i++ {
+		q := fresh[i]
+		res, _ := r.st.Apply(q.Op)
+		r.stats.Executions++
+		results[i] = res
+	}
+	committedNow := map[OpID]bool{}
+	for _, q := range fresh {
+		committedNow[q.ID] = true
+	}
+	for _, q := range fresh {
+		o := q.ID.Origin
+		r.committedVV[o] = q.ID.Seq
+		if q.ID.Seq > r.vv[o] {
+			// Learnt from the log before gossip brought it.
+			if q.ID.Seq != r.vv[o]+1 {
+				return fmt.Errorf("replica: %v committed while %d.%d is missing", q.ID, o, r.vv[o]+1)
+			}
+			r.vv[o] = q.ID.Seq
+			r.log[o] = append(r.log[o], q)
+			r.clk.Observe(q.TS)
+			if q.TS > r.lastTS[o] {
+				r.lastTS[o] = q.TS
+			}
+		}
+		r.committed = append(r.committed, q.ID)
+	}
+	// Undo the first m tentative entries' bookkeeping: they are now
+	// committed and applied in the state as they were.
+	var remaining []*Req
+	for _, q := range rest {
+		if !committedNow[q.ID] {
+			remaining = append(remaining, q)
+		}
+	}
+	r.reexec(remaining)
+	r.stats.Committed += len(fresh)
+
+	for i, q := range fresh {
+		delete(r.pendingStrong, q.ID)
+		w, ok := r.waiting[q.ID]
+		if !ok {
+			continue
+		}
+		delete(r.waiting, q.ID)
+		if q.Strong && q.ID.Origin == r.cfg.ID {
+			r.stats.StrongCommitted++
+			if results[i].Equal(w.tentative) {
+				r.stats.StrongAccurate++
+			}
+		}
+		r.emit(View{
+			Client: w.client, Seq: w.seq, ID: q.ID, Result: results[i], Stable: true,
+			Confirmed: w.sent && results[i].Equal(w.tentative),
+		})
+	}
+	return nil
+}
+
+// Step handles a message from a peer.
+func (r *Replica) Step(m Message) error {
+	switch m.Type {
+	case MsgRaft:
+		if m.Raft == nil {
+			return errors.New("replica: raft message without payload")
+		}
+		return r.node.Step(m.Raft)
+	case MsgOps:
+		for _, q := range m.Ops {
+			if q == nil || q.ID.Origin == 0 || !slices.Contains(r.cfg.Peers, q.ID.Origin) {
+				return fmt.Errorf("replica: operation from unknown origin in message from %d", m.From)
+			}
+			if q.ID.Seq <= r.vv[q.ID.Origin] {
+				continue // duplicate
+			}
+			// A gap (reordered or dropped message) is left to anti-entropy:
+			// accepting out of order would break the per-origin FIFO that
+			// version vectors rely on.
+			r.receive(q)
+		}
+		return nil
+	case MsgSync:
+		r.answerSync(m)
+		return nil
+	}
+	return fmt.Errorf("replica: unknown message type %d from %d", m.Type, m.From)
+}
+
+// answerSync sends a peer the operations its VV lacks, and learns its clock.
+func (r *Replica) answerSync(m Message) {
+	if r.vv.Covers(VV{m.From: m.VV[m.From]}) && m.Clock > r.lastTS[m.From] {
+		// We hold every operation the peer had issued when it read its
+		// clock, so nothing it issues later can be older than that.
+		r.lastTS[m.From] = m.Clock
+	}
+	var ops []*Req
+	for _, o := range r.vv.origins() {
+		for s := m.VV[o] + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
+			ops = append(ops, r.log[o][s-1])
+		}
+	}
+	if len(ops) > 0 {
+		r.send(Message{Type: MsgOps, To: m.From, Ops: ops})
+	}
+}
+
+// Tick advances logical time: raft heartbeats and elections, anti-entropy,
+// the periodic no-op and retries of strong requests.
+func (r *Replica) Tick() {
+	r.ticks++
+	r.node.Tick()
+	if r.ticks%r.cfg.GossipTicks == 0 {
+		for _, p := range r.cfg.Peers {
+			if p != r.cfg.ID {
+				r.send(Message{Type: MsgSync, To: p, VV: r.vv.Clone(), Clock: r.clk.Peek()})
+			}
+		}
+	}
+	// A replica commits its own weak operations every NoopTicks; it commits
+	// operations of others it holds, less often, in case their origin is
+	// down (any replica may carry them into the log).
+	if (r.ownTentative() && r.ticks-r.lastNoop >= r.cfg.NoopTicks) ||
+		(len(r.tentative) > 0 && r.ticks-r.lastNoop >= 4*r.cfg.NoopTicks) {
+		r.lastNoop = r.ticks
+		r.proposeNoop()
+	}
+	for _, id := range sortedIDs(r.pendingStrong) {
+		if r.ticks-r.pendingStrong[id] >= r.cfg.RetryTicks {
+			r.pendingStrong[id] = r.ticks
+			if q, ok := r.Op(id); ok {
+				r.propose(q)
+			}
+		}
+	}
+	for _, id := range sortedKeys(r.reads) {
+		pr := r.reads[id]
+		if pr.index == 0 && r.ticks-pr.askedAt >= r.cfg.RetryTicks {
+			pr.askedAt = r.ticks
+			r.node.ReadIndex(readCtx(id))
+		}
+	}
+}
+
+// ownTentative reports whether an operation of this replica awaits commit.
+func (r *Replica) ownTentative() bool {
+	return r.vv[r.cfg.ID] > r.committedVV[r.cfg.ID]
+}
+
+// HasReady reports whether Ready has anything.
+func (r *Replica) HasReady() bool {
+	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0
+}
+
+// Ready collects what the driver must persist, send and deliver. Committed
+// entries are applied here: raft hands out only entries already durable.
+func (r *Replica) Ready() (Ready, error) {
+	if r.node.HasReady() {
+		rrd := r.node.Ready()
+		for _, ent := range rrd.CommittedEntries {
+			if err := r.apply(ent); err != nil {
+				return Ready{}, err
+			}
+		}
+		for _, rs := range rrd.ReadStates {
+			if pr, ok := r.reads[parseReadCtx(rs.RequestCtx)]; ok && pr.index == 0 {
+				pr.index = max(rs.Index, 1)
+			}
+		}
+		r.serveReads()
+		rd := r.out
+		r.out = Ready{}
+		rd.HardState = rrd.HardState
+		rd.Entries = rrd.Entries
+		rd.Snapshot = rrd.Snapshot
+		msgs := make([]Message, 0, len(rrd.Messages)+len(rd.Messages))
+		for _, m := range rrd.Messages {
+			msgs = append(msgs, Message{Type: MsgRaft, From: r.cfg.ID, To: m.GetTo(), Raft: m})
+		}
+		rd.Messages = append(msgs, rd.Messages...)
+		rd.raft = &rrd
+		return rd, nil
+	}
+	rd := r.out
+	r.out = Ready{}
+	return rd, nil
+}
+
+// Advance tells the replica the Ready was handled.
+func (r *Replica) Advance(rd Ready) {
+	if rd.raft != nil {
+		r.node.Advance(*rd.raft)
+	}
+}
+
+// serveReads answers the strong reads whose read index has been applied,
+// all on one rollback of the tentative list.
+func (r *Replica) serveReads() {
+	var due []uint64
+	for _, id := range sortedKeys(r.reads) {
+		if pr := r.reads[id]; pr.index != 0 && pr.index <= r.applied {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	results := make([]state.Result, len(due))
+	r.withCommitted(func(st *state.State) {
+		for i, id := range due {
+			res, undo := st.Apply(r.reads[id].req.Op)
+			st.Revert(undo)
+			results[i] = res
+		}
+	})
+	for i, id := range due {
+		pr := r.reads[id]
+		delete(r.reads, id)
+		r.emit(View{
+			Client: pr.req.Client, Seq: pr.req.Seq, Result: results[i], Stable: true,
+			Confirmed: pr.sent && results[i].Equal(pr.tentative),
+		})
+	}
+}

@@ -1,0 +1,439 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/correctables/correctables/internal/consensus"
+	"github.com/correctables/correctables/internal/state"
+)
+
+// Errors returned by Submit. Nothing changes when Submit fails.
+var (
+	// ErrInvalidOp wraps the state machine's validation error.
+	ErrInvalidOp = errors.New("replica: invalid operation")
+	// ErrBusy means the replica holds MaxTentative uncommitted operations or
+	// MaxPending strong requests; the client should back off and retry.
+	ErrBusy = errors.New("replica: too many operations in flight")
+)
+
+// Config configures a Replica. validate fills defaults.
+type Config struct {
+	// ID is this replica's id (non-zero); Peers lists every replica, this
+	// one included.
+	ID    uint64
+	Peers []uint64
+	// Storage is the durable raft log, shared with the driver, which appends
+	// Ready.Entries and Ready.HardState to it.
+	Storage raft.Storage
+	// OwnOps are this replica's own operations that the driver persisted
+	// (Ready.Persist) before a crash, in sequence order. They are replayed
+	// on restart so that no acknowledged operation is lost.
+	OwnOps []*Req
+	// Clock returns physical time in nanoseconds; Rand draws election
+	// timeouts. Both injected so that the core is deterministic.
+	Clock func() int64
+	Rand  *rand.Rand
+	// Limits bound keys, values and scans of the state machine.
+	Limits state.Limits
+	// ElectionTicks and HeartbeatTicks configure raft (see consensus.Config).
+	ElectionTicks  int
+	HeartbeatTicks int
+	// GossipTicks is the anti-entropy period: every GossipTicks ticks the
+	// replica sends its VV to every peer. Default 2.
+	GossipTicks int
+	// NoopTicks is the period of the strong no-op that commits this
+	// replica's weak operations in quiet periods (Creek §4.4). Default 5.
+	NoopTicks int
+	// RetryTicks is how long a strong operation or strong read waits for an
+	// answer before it is proposed or asked again. Default 20.
+	RetryTicks int
+	// MaxTentative bounds the uncommitted operations a replica accepts from
+	// its clients; it also bounds the size of a log entry. Default 4096.
+	MaxTentative int
+	// MaxPending bounds strong reads and strong operations in flight.
+	// Default 4096.
+	MaxPending int
+	// MaxOpsPerMsg bounds the operations in one gossip message. Default 256.
+	MaxOpsPerMsg int
+}
+
+func (c *Config) validate() error {
+	if c.ID == 0 {
+		return errors.New("replica: config: ID must be non-zero")
+	}
+	if !slices.Contains(c.Peers, c.ID) {
+		return fmt.Errorf("replica: config: Peers %v must include ID %d", c.Peers, c.ID)
+	}
+	if c.Storage == nil || c.Clock == nil || c.Rand == nil {
+		return errors.New("replica: config: Storage, Clock and Rand are required")
+	}
+	c.Limits.EnsureDefaults()
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("replica: config: %w", err)
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.GossipTicks, 2)
+	def(&c.NoopTicks, 5)
+	def(&c.RetryTicks, 20)
+	def(&c.MaxTentative, 4096)
+	def(&c.MaxPending, 4096)
+	def(&c.MaxOpsPerMsg, 256)
+	return nil
+}
+
+// Ready is what the replica asks its driver to do. The driver persists
+// HardState, Entries and Persist first (in that order, synchronously), then
+// sends Messages and delivers Views, then calls Advance.
+type Ready struct {
+	HardState *raftpb.HardState
+	Entries   []*raftpb.Entry
+	Snapshot  *raftpb.Snapshot
+	// Persist lists this replica's own new operations: they must be durable
+	// before any view or message about them leaves the replica.
+	Persist  []*Req
+	Messages []Message
+	Views    []View
+
+	raft *raft.Ready
+}
+
+// Stats counts work done, for the measurements of Creek §6.
+type Stats struct {
+	Executions        int // operation executions, re-executions included
+	Rollbacks         int // executions undone
+	Committed         int // operations moved to the committed list
+	StrongCommitted   int // own strong operations that got a stable view
+	StrongAccurate    int // ... whose stable result equalled the tentative one
+	TentativeMaxDepth int // longest tentative list seen
+}
+
+// waiter is a client waiting for the stable view of an operation.
+type waiter struct {
+	client, seq uint64
+	want        Want
+	tentative   state.Result
+	sent        bool // the tentative view was sent
+}
+
+// pendingRead is a strong read-only request waiting for ReadIndex.
+type pendingRead struct {
+	req       ClientRequest
+	tentative state.Result
+	sent      bool
+	index     uint64 // read index once known; 0 before
+	askedAt   int
+}
+
+// executed is one tentative operation applied to the state.
+type executed struct {
+	req    *Req
+	result state.Result
+	undo   state.Undo
+}
+
+// Replica is the Creek core of one replica (Algorithm 1): a deterministic
+// state machine fed with client requests, peer messages and ticks, drained
+// through Ready. Not safe for concurrent use.
+type Replica struct {
+	cfg  Config
+	node *consensus.Node
+	clk  hlc
+
+	// st holds the committed state with the tentative list applied on top;
+	// tentative[i] was applied with undo tentative[i].undo.
+	st        *state.State
+	tentative []executed
+	committed []OpID
+
+	// vv covers every operation received (committed or tentative);
+	// committedVV the committed ones (a contiguous prefix per origin).
+	vv, committedVV VV
+	// log holds every known operation per origin, by sequence number - 1.
+	log map[uint64][]*Req
+	// lastTS is the largest timestamp this replica knows each origin has
+	// issued with every earlier operation received (for stable time).
+	lastTS map[uint64]uint64
+
+	seq     uint64 // last sequence number issued here
+	applied uint64 // last raft index applied
+	ticks   int
+
+	waiting       map[OpID]*waiter
+	pendingStrong map[OpID]int // own uncommitted strong ops -> tick last proposed
+	reads         map[uint64]*pendingRead
+	nextRead      uint64
+	lastNoop      int
+
+	out   Ready
+	stats Stats
+}
+
+// New creates a replica, or recreates one after a crash from its durable
+// storage and persisted own operations.
+func New(cfg Config) (*Replica, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	node, err := consensus.New(consensus.Config{
+		ID:             cfg.ID,
+		Peers:          cfg.Peers,
+		Storage:        cfg.Storage,
+		ElectionTicks:  cfg.ElectionTicks,
+		HeartbeatTicks: cfg.HeartbeatTicks,
+		Rand:           cfg.Rand,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{
+		cfg:           cfg,
+		node:          node,
+		clk:           hlc{now: cfg.Clock},
+		st:            state.New(cfg.Limits),
+		vv:            VV{},
+		committedVV:   VV{},
+		log:           map[uint64][]*Req{},
+		lastTS:        map[uint64]uint64{},
+		waiting:       map[OpID]*waiter{},
+		pendingStrong: map[OpID]int{},
+		reads:         map[uint64]*pendingRead{},
+	}
+	// Own operations persisted before a crash come back as tentative; the
+	// replay of the raft log commits those that were committed.
+	for _, req := range cfg.OwnOps {
+		if req.ID.Origin != cfg.ID || req.ID.Seq != r.seq+1 {
+			return nil, fmt.Errorf("replica: persisted own operation %v out of sequence after %d", req.ID, r.seq)
+		}
+		r.seq = req.ID.Seq
+		r.clk.Observe(req.TS)
+		r.receive(req)
+		if req.Strong {
+			r.pendingStrong[req.ID] = -cfg.RetryTicks // propose at the first tick
+		}
+	}
+	return r, nil
+}
+
+// ID returns the replica's id.
+func (r *Replica) ID() uint64 { return r.cfg.ID }
+
+// Stats returns the work counters.
+func (r *Replica) Stats() Stats { return r.stats }
+
+// IsLeader reports whether this replica leads the raft group.
+func (r *Replica) IsLeader() bool { return r.node.IsLeader() }
+
+// Leader returns the raft leader this replica knows of, 0 if none.
+func (r *Replica) Leader() uint64 { return r.node.Status().Lead }
+
+// Committed returns the committed order (a copy).
+func (r *Replica) Committed() []OpID { return slices.Clone(r.committed) }
+
+// Tentative returns the tentative order (a copy).
+func (r *Replica) Tentative() []OpID {
+	ids := make([]OpID, len(r.tentative))
+	for i, e := range r.tentative {
+		ids[i] = e.req.ID
+	}
+	return ids
+}
+
+// CommittedStateHash returns the hash of the committed state.
+func (r *Replica) CommittedStateHash() uint64 {
+	var h uint64
+	r.withCommitted(func(st *state.State) { h = st.Hash() })
+	return h
+}
+
+// Op returns a known operation by id.
+func (r *Replica) Op(id OpID) (*Req, bool) {
+	ops := r.log[id.Origin]
+	if id.Seq == 0 || id.Seq > uint64(len(ops)) {
+		return nil, false
+	}
+	return ops[id.Seq-1], true
+}
+
+func (r *Replica) stamp() Stamp {
+	return Stamp{
+		Replica:        r.cfg.ID,
+		AppliedIndex:   r.applied,
+		CommittedCount: len(r.committed),
+		VV:             r.vv.Clone(),
+		StableTime:     r.stableTime(),
+	}
+}
+
+// stableTime is the largest timestamp below which every operation of every
+// replica has arrived here.
+func (r *Replica) stableTime() uint64 {
+	var min uint64
+	for i, p := range r.cfg.Peers {
+		ts := r.lastTS[p]
+		if p == r.cfg.ID {
+			ts = r.clk.Peek()
+		}
+		if i == 0 || ts < min {
+			min = ts
+		}
+	}
+	return min
+}
+
+// Submit accepts a client request. Its views come out through Ready.
+func (r *Replica) Submit(cr ClientRequest) error {
+	if err := cr.Op.Validate(r.cfg.Limits); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOp, err)
+	}
+	if cr.Op.ReadOnly() {
+		return r.submitRead(cr)
+	}
+	if len(r.tentative) >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
+		return ErrBusy
+	}
+	r.seq++
+	req := &Req{ID: OpID{r.cfg.ID, r.seq}, TS: r.clk.Now(), Op: cr.Op, Strong: cr.Strong}
+	if cr.Strong {
+		req.Ctx = r.vv.Clone()
+		req.Ctx[r.cfg.ID] = req.ID.Seq
+	}
+	res, _ := r.receive(req)
+	r.out.Persist = append(r.out.Persist, req)
+	w := &waiter{client: cr.Client, seq: cr.Seq, want: cr.Want, tentative: res}
+	if cr.Want&WantTentative != 0 {
+		r.emit(View{Client: cr.Client, Seq: cr.Seq, ID: req.ID, Result: res})
+		w.sent = true
+	}
+	if cr.Want&WantStable != 0 {
+		r.waiting[req.ID] = w
+	}
+	for _, p := range r.cfg.Peers {
+		if p != r.cfg.ID {
+			r.send(Message{Type: MsgOps, To: p, Ops: []*Req{req}})
+		}
+	}
+	if cr.Strong {
+		r.pendingStrong[req.ID] = r.ticks
+		r.propose(req)
+	}
+	return nil
+}
+
+// submitRead serves a read-only request: a weak read executes at once on the
+// tentative state and sends nothing to peers (Creek §4.4); a strong read also
+// asks raft for a read index and answers from the committed state once the
+// replica has applied up to it.
+func (r *Replica) submitRead(cr ClientRequest) error {
+	if cr.Strong && len(r.reads) >= r.cfg.MaxPending {
+		return ErrBusy
+	}
+	res := r.execRead(cr.Op)
+	sent := false
+	if cr.Want&WantTentative != 0 || !cr.Strong {
+		r.emit(View{Client: cr.Client, Seq: cr.Seq, Result: res})
+		sent = true
+	}
+	if !cr.Strong || cr.Want&WantStable == 0 {
+		return nil
+	}
+	r.nextRead++
+	pr := &pendingRead{req: cr, tentative: res, sent: sent, askedAt: r.ticks}
+	r.reads[r.nextRead] = pr
+	r.node.ReadIndex(readCtx(r.nextRead))
+	return nil
+}
+
+func (r *Replica) execRead(op state.Op) state.Result {
+	res, undo := r.st.Apply(op)
+	r.st.Revert(undo) // read-only: nothing to undo, but keep the contract
+	r.stats.Executions++
+	return res
+}
+
+func (r *Replica) emit(v View) {
+	v.Stamp = r.stamp()
+	r.out.Views = append(r.out.Views, v)
+}
+
+func (r *Replica) send(m Message) {
+	m.From = r.cfg.ID
+	r.out.Messages = append(r.out.Messages, m)
+}
+
+// receive adds an operation that extends its origin's prefix by one to the
+// tentative list (adjustTentativeOrder, Algorithm 1 line 36) and returns its
+// tentative result.
+func (r *Replica) receive(req *Req) (state.Result, bool) {
+	o := req.ID.Origin
+	if req.ID.Seq != r.vv[o]+1 {
+		return state.Result{}, false
+	}
+	r.vv[o] = req.ID.Seq
+	r.log[o] = append(r.log[o], req)
+	r.clk.Observe(req.TS)
+	if req.TS > r.lastTS[o] {
+		r.lastTS[o] = req.TS
+	}
+	// Insert at its place in (TS, ID) order, rolling back what follows.
+	pos, _ := slices.BinarySearchFunc(r.tentative, req, func(e executed, t *Req) int { return compareReq(e.req, t) })
+	rest := r.rollbackTo(pos)
+	res := r.exec(req)
+	r.reexec(rest)
+	if len(r.tentative) > r.stats.TentativeMaxDepth {
+		r.stats.TentativeMaxDepth = len(r.tentative)
+	}
+	return res, true
+}
+
+// rollbackTo undoes the tentative operations from pos on, latest first, and
+// returns them in order.
+func (r *Replica) rollbackTo(pos int) []*Req {
+	var rest []*Req
+	for i := len(r.tentative) - 1; i >= pos; i-- {
+		r.st.Revert(r.tentative[i].undo)
+		r.stats.Rollbacks++
+	}
+	for _, e := range r.tentative[pos:] {
+		rest = append(rest, e.req)
+	}
+	r.tentative = r.tentative[:pos]
+	return rest
+}
+
+func (r *Replica) exec(req *Req) state.Result {
+	res, undo := r.st.Apply(req.Op)
+	r.stats.Executions++
+	r.tentative = append(r.tentative, executed{req: req, result: res, undo: undo})
+	return res
+}
+
+func (r *Replica) reexec(reqs []*Req) {
+	for _, q := range reqs {
+		r.exec(q)
+	}
+}
+
+// withCommitted runs f on the committed state: it rolls the tentative list
+// back, runs f, and re-executes the list. Batched per Ready for strong reads.
+func (r *Replica) withCommitted(f func(*state.State)) {
+	if len(r.tentative) == 0 {
+		f(r.st)
+		return
+	}
+	// This rollback is not a reordering: keep it out of the counters.
+	saved := r.stats
+	rest := r.rollbackTo(0)
+	f(r.st)
+	r.reexec(rest)
+	r.stats = saved
+}

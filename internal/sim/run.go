@@ -1,0 +1,219 @@
+package sim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/correctables/correctables/internal/history"
+	"github.com/correctables/correctables/internal/replica"
+)
+
+// Result is what a run produced and what the checks found.
+type Result struct {
+	Seed      uint64
+	Records   []history.Record
+	Committed []history.OpID
+	// Stats sums the replicas' counters.
+	Stats    replica.Stats
+	Messages int
+	Dropped  int
+	Crashes  int
+	// Err is the first failed check (nil if all passed).
+	Err error
+}
+
+// maxEvents bounds a run, so that a livelock ends as a failure, not a hang.
+const maxEvents = 5_000_000
+
+// Run executes one seeded run and checks it.
+func Run(opt Options) Result {
+	c, err := New(opt)
+	if err != nil {
+		return Result{Seed: opt.Seed, Err: err}
+	}
+	return c.Run()
+}
+
+// Run executes the workload with faults, heals, waits for quiet, and checks.
+func (c *Cluster) Run() Result {
+	res := Result{Seed: c.opt.Seed}
+	c.faulty = true
+	for _, n := range c.Nodes {
+		c.scheduleTicks(n)
+	}
+	c.startClients()
+	c.scheduleFaults()
+	if c.opt.Hook != nil {
+		c.opt.Hook(c)
+	}
+	events := 0
+	workloadDone := func() bool {
+		for _, cl := range c.clients {
+			if !cl.done {
+				return false
+			}
+		}
+		return true
+	}
+	var quietUntil int64 = -1
+	for c.err == nil {
+		if quietUntil < 0 && workloadDone() {
+			// Heal everything and let the cluster settle without faults.
+			c.faulty = false
+			c.HealAll()
+			for _, n := range c.Nodes {
+				c.Restart(n.ID)
+			}
+			quietUntil = c.now + int64(c.opt.Quiet)
+		}
+		if quietUntil >= 0 && c.now >= quietUntil {
+			break
+		}
+		if len(c.queue) == 0 {
+			c.err = errStalled
+			break
+		}
+		ev := heap.Pop(&c.queue).(*event)
+		c.now = ev.at
+		ev.fn()
+		if events++; events > maxEvents {
+			c.err = fmt.Errorf("%w: more than %d events", errStalled, maxEvents)
+		}
+	}
+	res.Messages, res.Dropped = c.Messages, c.Dropped
+	for _, n := range c.Nodes {
+		res.Crashes += n.crashes
+		if n.Rep != nil {
+			s := n.Rep.Stats()
+			res.Stats.Executions += s.Executions
+			res.Stats.Rollbacks += s.Rollbacks
+			res.Stats.Committed += s.Committed
+			res.Stats.StrongCommitted += s.StrongCommitted
+			res.Stats.StrongAccurate += s.StrongAccurate
+			res.Stats.TentativeMaxDepth = max(res.Stats.TentativeMaxDepth, s.TentativeMaxDepth)
+		}
+	}
+	res.Records = c.rec.Records()
+	if c.err != nil {
+		res.Err = c.err
+		return res
+	}
+	res.Err = c.check(&res)
+	return res
+}
+
+func (c *Cluster) scheduleTicks(n *Node) {
+	offset := time.Duration(c.rng.Int64N(int64(c.opt.Tick)))
+	var tick func()
+	tick = func() {
+		if n.Rep != nil {
+			n.Rep.Tick()
+			c.pump(n)
+		}
+		c.At(c.opt.Tick, tick)
+	}
+	c.At(offset, tick)
+}
+
+// scheduleFaults injects partitions and crashes at random while faults are
+// on: every 100-400 ms something may change.
+func (c *Cluster) scheduleFaults() {
+	f := c.opt.Faults
+	if !f.Partitions && !f.Crashes {
+		return
+	}
+	var step func()
+	step = func() {
+		if !c.faulty {
+			return
+		}
+		switch p := c.rng.IntN(10); {
+		case f.Partitions && p < 2:
+			// Isolate one node.
+			c.Partition([]uint64{c.ids[c.rng.IntN(len(c.ids))]})
+		case f.Partitions && p < 3:
+			// A random split into two groups.
+			var a []uint64
+			for _, id := range c.ids {
+				if c.rng.IntN(2) == 0 {
+					a = append(a, id)
+				}
+			}
+			c.Partition(a)
+		case f.Partitions && p < 5:
+			c.HealAll()
+		case f.Crashes && p < 7:
+			if c.down() < (len(c.ids)-1)/2 || (len(c.ids) <= 2 && c.down() == 0) {
+				c.Crash(c.ids[c.rng.IntN(len(c.ids))])
+			}
+		case f.Crashes && p < 9:
+			for _, n := range c.Nodes {
+				if n.Rep == nil && c.rng.IntN(2) == 0 {
+					c.Restart(n.ID)
+				}
+			}
+		}
+		c.At(time.Duration(100+c.rng.IntN(300))*time.Millisecond, step)
+	}
+	c.At(200*time.Millisecond, step)
+}
+
+// check runs every checker on the finished run.
+func (c *Cluster) check(res *Result) error {
+	var states []history.ReplicaState
+	var ref *replica.Replica
+	for _, n := range c.Nodes {
+		if n.Rep == nil {
+			return fmt.Errorf("replica %d still down after healing", n.ID)
+		}
+		ref = n.Rep
+		states = append(states, history.ReplicaState{
+			ID:        n.ID,
+			Committed: toIDs(n.Rep.Committed()),
+			StateHash: n.Rep.CommittedStateHash(),
+			Tentative: toIDs(n.Rep.Tentative()),
+		})
+	}
+	committed := ref.Committed()
+	res.Committed = toIDs(committed)
+	var submitted []history.Submitted
+	for _, id := range committed {
+		q, _ := ref.Op(id)
+		submitted = append(submitted, history.Submitted{ID: history.OpID{Origin: id.Origin, Seq: id.Seq}, TS: q.TS, Op: q.Op})
+	}
+	var errs []error
+	if err := history.CheckConverged(states); err != nil {
+		errs = append(errs, fmt.Errorf("convergence: %w", err))
+	}
+	if len(ref.Tentative()) != 0 {
+		errs = append(errs, fmt.Errorf("convergence: %d operations still tentative after %v quiet", len(ref.Tentative()), c.opt.Quiet))
+	}
+	if err := history.CheckFinalOnce(res.Records); err != nil {
+		errs = append(errs, fmt.Errorf("final once: %w", err))
+	}
+	if err := history.CheckDurable(res.Records, res.Committed); err != nil {
+		errs = append(errs, fmt.Errorf("durability: %w", err))
+	}
+	if err := history.CheckWeakViews(res.Records, submitted, res.Committed); err != nil {
+		errs = append(errs, fmt.Errorf("weak views: %w", err))
+	}
+	lin, err := history.CheckLinearizable(res.Records, res.Committed, 20*time.Second)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("linearizability: %w", err))
+	} else if lin != porcupine.Ok {
+		errs = append(errs, fmt.Errorf("linearizability: porcupine could not decide (%v) within its time limit", lin))
+	}
+	return errors.Join(errs...)
+}
+
+func toIDs(ids []replica.OpID) []history.OpID {
+	out := make([]history.OpID, len(ids))
+	for i, id := range ids {
+		out[i] = history.OpID{Origin: id.Origin, Seq: id.Seq}
+	}
+	return out
+}

@@ -1,0 +1,369 @@
+package sim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/internal/history"
+	"github.com/correctables/correctables/internal/replica"
+	"github.com/correctables/correctables/internal/state"
+)
+
+// Faults sets what goes wrong during the workload phase.
+type Faults struct {
+	// Drop, Dup are per-message probabilities; Reorder adds up to this much
+	// random extra delay to a message, so later messages may overtake it.
+	Drop, Dup float64
+	Reorder   time.Duration
+	// Partitions enables random partitions (one node cut off, or a random
+	// split) that heal in random order.
+	Partitions bool
+	// Crashes enables crashes (losing everything not persisted) and
+	// restarts; at most a minority is down at once.
+	Crashes bool
+	// Skew is the largest clock offset of a replica from true time.
+	Skew time.Duration
+}
+
+// Options configures a run. Zero fields get defaults.
+type Options struct {
+	Seed     uint64
+	Replicas int // default 3
+	Clients  int // default 4
+	// OpsPerClient is how many operations each client issues. Default 15.
+	OpsPerClient int
+	// Keys is the number of distinct keys (fewer means more contention).
+	// Default 4.
+	Keys int
+	// StrongFraction of operations are strong. Default 0.5.
+	StrongFraction float64
+	Faults         Faults
+	// Tick is the virtual time between replica ticks. Default 10ms.
+	Tick time.Duration
+	// MinDelay, MaxDelay bound the base one-way delay of each link.
+	// Defaults 1ms and 20ms.
+	MinDelay, MaxDelay time.Duration
+	// ClientTimeout is how long a client waits for a view before moving on.
+	// Default 3s.
+	ClientTimeout time.Duration
+	// Quiet is how long the cluster runs fault-free after the workload,
+	// before the convergence check. Default 5s.
+	Quiet time.Duration
+	// Workload picks each operation; default Mixed.
+	Workload func(r *rand.Rand, keys int) state.Op
+	// Hook, if set, is called once the cluster is built, to schedule extra
+	// events (used by the hazard tests).
+	Hook func(c *Cluster)
+}
+
+func (o *Options) defaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Replicas, 3)
+	def(&o.Clients, 4)
+	def(&o.OpsPerClient, 15)
+	def(&o.Keys, 4)
+	if o.StrongFraction == 0 {
+		o.StrongFraction = 0.5
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defd(&o.Tick, 10*time.Millisecond)
+	defd(&o.MinDelay, time.Millisecond)
+	defd(&o.MaxDelay, 20*time.Millisecond)
+	defd(&o.ClientTimeout, 3*time.Second)
+	defd(&o.Quiet, 5*time.Second)
+	if o.Workload == nil {
+		o.Workload = Mixed
+	}
+}
+
+// event is something that happens at a virtual time; seq breaks ties in
+// scheduling order, which keeps the run deterministic.
+type event struct {
+	at  int64
+	seq uint64
+	fn  func()
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// disk is what survives a crash: the raft log and hard state, and the
+// replica's own persisted operations.
+type disk struct {
+	log *raft.MemoryStorage
+	own []*replica.Req
+}
+
+// Node is one simulated replica.
+type Node struct {
+	ID      uint64
+	Rep     *replica.Replica // nil while crashed
+	disk    *disk
+	skew    int64
+	crashes int
+}
+
+// Cluster is one simulation run.
+type Cluster struct {
+	opt   Options
+	rng   *rand.Rand
+	now   int64
+	seq   uint64
+	queue eventQueue
+
+	Nodes   []*Node
+	ids     []uint64
+	delay   map[[2]uint64]int64
+	cut     map[[2]uint64]bool
+	faulty  bool // faults apply (workload phase)
+	clients []*client
+	rec     *history.Recorder
+	err     error
+
+	// Counters for reports.
+	Messages, Dropped int
+}
+
+const epoch = int64(1_700_000_000) * int64(time.Second) // virtual time 0
+
+// New builds a cluster for a run.
+func New(opt Options) (*Cluster, error) {
+	opt.defaults()
+	if opt.Replicas < 1 || opt.Replicas > 9 {
+		return nil, fmt.Errorf("sim: %d replicas; want 1 to 9", opt.Replicas)
+	}
+	c := &Cluster{
+		opt:   opt,
+		rng:   rand.New(rand.NewPCG(opt.Seed, 0x5eed)),
+		delay: map[[2]uint64]int64{},
+		cut:   map[[2]uint64]bool{},
+	}
+	c.rec = history.NewRecorder(func() int64 { return c.now })
+	for i := 1; i <= opt.Replicas; i++ {
+		c.ids = append(c.ids, uint64(i))
+	}
+	for _, a := range c.ids {
+		for _, b := range c.ids {
+			if a < b {
+				d := int64(opt.MinDelay) + c.rng.Int64N(int64(opt.MaxDelay-opt.MinDelay)+1)
+				c.delay[[2]uint64{a, b}], c.delay[[2]uint64{b, a}] = d, d
+			}
+		}
+	}
+	for _, id := range c.ids {
+		n := &Node{ID: id, disk: &disk{log: raft.NewMemoryStorage()}}
+		if opt.Faults.Skew > 0 {
+			n.skew = c.rng.Int64N(2*int64(opt.Faults.Skew)+1) - int64(opt.Faults.Skew)
+		}
+		c.Nodes = append(c.Nodes, n)
+		if err := c.start(n); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(n *Node) error {
+	rep, err := replica.New(replica.Config{
+		ID:      n.ID,
+		Peers:   c.ids,
+		Storage: n.disk.log,
+		OwnOps:  slices.Clone(n.disk.own),
+		Clock:   func() int64 { return epoch + c.now + n.skew },
+		Rand:    rand.New(rand.NewPCG(c.rng.Uint64(), uint64(n.ID))),
+	})
+	if err != nil {
+		return fmt.Errorf("sim: start replica %d: %w", n.ID, err)
+	}
+	n.Rep = rep
+	c.pump(n)
+	return nil
+}
+
+// Now is the virtual time since the start of the run.
+func (c *Cluster) Now() time.Duration { return time.Duration(c.now) }
+
+// At schedules fn after d of virtual time.
+func (c *Cluster) At(d time.Duration, fn func()) {
+	c.seq++
+	heap.Push(&c.queue, &event{at: c.now + int64(d), seq: c.seq, fn: fn})
+}
+
+// Node returns the node with id.
+func (c *Cluster) Node(id uint64) *Node { return c.Nodes[id-1] }
+
+// fail records the first internal error; the run stops at once.
+func (c *Cluster) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// pump drains a replica's Ready: persist, then send, then deliver.
+func (c *Cluster) pump(n *Node) {
+	for n.Rep != nil && n.Rep.HasReady() && c.err == nil {
+		rd, err := n.Rep.Ready()
+		if err != nil {
+			c.fail(fmt.Errorf("replica %d: %w", n.ID, err))
+			return
+		}
+		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+			if err := n.disk.log.SetHardState(proto.Clone(rd.HardState).(*raftpb.HardState)); err != nil {
+				c.fail(err)
+				return
+			}
+		}
+		if len(rd.Entries) > 0 {
+			if err := n.disk.log.Append(rd.Entries); err != nil {
+				c.fail(err)
+				return
+			}
+		}
+		n.disk.own = append(n.disk.own, rd.Persist...)
+		for _, m := range rd.Messages {
+			c.send(m)
+		}
+		for _, v := range rd.Views {
+			c.deliverView(v)
+		}
+		n.Rep.Advance(rd)
+	}
+}
+
+// send puts a message on the simulated network. It is encoded and decoded
+// as on a real wire, so no memory is shared between replicas.
+func (c *Cluster) send(m replica.Message) {
+	c.Messages++
+	link := [2]uint64{m.From, m.To}
+	if c.cut[link] {
+		c.Dropped++
+		return
+	}
+	f := c.opt.Faults
+	copies := 1
+	if c.faulty {
+		if f.Drop > 0 && c.rng.Float64() < f.Drop {
+			c.Dropped++
+			return
+		}
+		if f.Dup > 0 && c.rng.Float64() < f.Dup {
+			copies = 2
+		}
+	}
+	wire, err := encodeMessage(m)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	for i := 0; i < copies; i++ {
+		d := c.delay[link]
+		if c.faulty && f.Reorder > 0 {
+			d += c.rng.Int64N(int64(f.Reorder))
+		}
+		c.At(time.Duration(d), func() {
+			dst := c.Node(m.To)
+			if dst.Rep == nil || c.cut[link] {
+				c.Dropped++
+				return
+			}
+			msg, err := decodeMessage(wire)
+			if err != nil {
+				c.fail(err)
+				return
+			}
+			// A replica rejects bad messages with an error and carries on,
+			// as the server does; raft's own refusals are not faults.
+			_ = dst.Rep.Step(msg)
+			c.pump(dst)
+		})
+	}
+}
+
+// Partition cuts the links between group a and everyone else.
+func (c *Cluster) Partition(a []uint64) {
+	for _, x := range a {
+		for _, y := range c.ids {
+			if !slices.Contains(a, y) {
+				c.cut[[2]uint64{x, y}] = true
+				c.cut[[2]uint64{y, x}] = true
+			}
+		}
+	}
+}
+
+// HealAll removes every partition.
+func (c *Cluster) HealAll() { clear(c.cut) }
+
+// Crash stops a node: everything it had not persisted is lost.
+func (c *Cluster) Crash(id uint64) {
+	n := c.Node(id)
+	if n.Rep == nil {
+		return
+	}
+	n.Rep = nil
+	n.crashes++
+}
+
+// Restart brings a crashed node back from its disk.
+func (c *Cluster) Restart(id uint64) {
+	n := c.Node(id)
+	if n.Rep != nil {
+		return
+	}
+	if err := c.start(n); err != nil {
+		c.fail(err)
+	}
+}
+
+// Leader returns the id of a node that believes it leads, 0 if none.
+func (c *Cluster) Leader() uint64 {
+	for _, n := range c.Nodes {
+		if n.Rep != nil && n.Rep.IsLeader() {
+			return n.ID
+		}
+	}
+	return 0
+}
+
+func (c *Cluster) down() int {
+	k := 0
+	for _, n := range c.Nodes {
+		if n.Rep == nil {
+			k++
+		}
+	}
+	return k
+}
+
+var errStalled = errors.New("sim: run did not finish")

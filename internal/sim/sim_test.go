@@ -1,0 +1,64 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// seeds is the number of seeds TestSimulation runs: 500 by default, more
+// with CORRECTABLES_SIM_SEEDS (make test-long).
+func seeds(t *testing.T) int {
+	if s := os.Getenv("CORRECTABLES_SIM_SEEDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("CORRECTABLES_SIM_SEEDS=%q: want a positive number", s)
+		}
+		return n
+	}
+	return 500
+}
+
+// faulty is the fault mix of the seeded runs.
+func faulty(seed uint64) Options {
+	replicas := 3
+	if seed%2 == 1 {
+		replicas = 5
+	}
+	return Options{
+		Seed:     seed,
+		Replicas: replicas,
+		Faults: Faults{
+			Drop: 0.05, Dup: 0.05, Reorder: 30 * time.Millisecond,
+			Partitions: true, Crashes: true, Skew: 100 * time.Millisecond,
+		},
+	}
+}
+
+func TestSimulation(t *testing.T) {
+	n := seeds(t)
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		res := Run(faulty(seed))
+		if res.Err != nil {
+			t.Errorf("seed %d (%d replicas) failed; replay with: go test ./internal/sim -run 'TestSeed' -seed %d\n%v",
+				seed, faulty(seed).Replicas, seed, res.Err)
+		}
+	}
+}
+
+var seedFlag = flagUint("seed", 0, "replay one simulation seed (TestSeed)")
+
+func TestSeed(t *testing.T) {
+	if *seedFlag == 0 {
+		t.Skip("no -seed given")
+	}
+	res := Run(faulty(*seedFlag))
+	t.Logf("records=%d committed=%d msgs=%d dropped=%d crashes=%d stats=%+v", len(res.Records), len(res.Committed), res.Messages, res.Dropped, res.Crashes, res.Stats)
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+}
+
+var _ = fmt.Sprint
