@@ -141,6 +141,8 @@ func (e *emitter[T]) emit(v View[T]) error {
 	defer e.mu.Unlock()
 	i := slices.Index(e.levels, v.Level)
 	switch {
+	case e.next == len(e.levels):
+		return fmt.Errorf("emit at %s after the final view: %w", v.Level, ErrClosed)
 	case i < 0:
 		return fmt.Errorf("emit at %s (requested %v): %w", v.Level, e.levels, ErrUnrequestedLevel)
 	case i < e.next:
