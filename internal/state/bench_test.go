@@ -1,0 +1,127 @@
+package state
+
+import (
+	"strconv"
+	"testing"
+)
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "key/" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+func filled(b *testing.B, keys []string) *State {
+	s := New(Limits{})
+	for _, k := range keys {
+		s.Apply(Op{Kind: OpPut, Key: k, Value: []byte("value-0123456789")})
+	}
+	return s
+}
+
+func BenchmarkApplyPut(b *testing.B) {
+	keys := benchKeys(1 << 16)
+	s := filled(b, keys)
+	v := []byte("value-abcdefghij")
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		s.Apply(Op{Kind: OpPut, Key: keys[i&(len(keys)-1)], Value: v})
+	}
+}
+
+func BenchmarkApplyGet(b *testing.B) {
+	keys := benchKeys(1 << 16)
+	s := filled(b, keys)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if r, _ := s.Apply(Op{Kind: OpGet, Key: keys[i&(len(keys)-1)]}); !r.Found {
+			b.Fatal("missing key")
+		}
+	}
+}
+
+// BenchmarkApplyRevert: the cost of one tentative execution rolled back, as
+// Creek does on reordering.
+func BenchmarkApplyRevert(b *testing.B) {
+	keys := benchKeys(1 << 16)
+	s := filled(b, keys)
+	v := []byte("value-abcdefghij")
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_, u := s.Apply(Op{Kind: OpPut, Key: keys[i&(len(keys)-1)], Value: v})
+		s.Revert(u)
+	}
+}
+
+// BenchmarkApplyRevertSuffix: roll back and re-execute a 100-op suffix.
+func BenchmarkApplyRevertSuffix(b *testing.B) {
+	keys := benchKeys(1 << 16)
+	s := filled(b, keys)
+	v := []byte("value-abcdefghij")
+	undos := make([]Undo, 100)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for j := range undos {
+			_, undos[j] = s.Apply(Op{Kind: OpPut, Key: keys[(i*100+j)&(len(keys)-1)], Value: v})
+		}
+		for j := len(undos) - 1; j >= 0; j-- {
+			s.Revert(undos[j])
+		}
+	}
+}
+
+// BenchmarkDequeue: dequeue (and its revert) from a queue of 1e5 items costs
+// O(1), not O(length).
+func BenchmarkDequeue(b *testing.B) {
+	s := New(Limits{})
+	for i := 0; i < 100_000; i++ {
+		s.Apply(Op{Kind: OpEnqueue, Key: "tickets", Value: []byte(strconv.Itoa(i))})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, u := s.Apply(Op{Kind: OpDequeue, Key: "tickets"})
+		if !r.OK {
+			b.Fatal("empty")
+		}
+		s.Revert(u)
+	}
+}
+
+// BenchmarkDrain: dequeue without revert, refilling when empty.
+func BenchmarkDrain(b *testing.B) {
+	s := New(Limits{})
+	v := []byte("ticket")
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, _ := s.Apply(Op{Kind: OpDequeue, Key: "tickets"}); !r.OK {
+			b.StopTimer()
+			for i := 0; i < 100_000; i++ {
+				s.Apply(Op{Kind: OpEnqueue, Key: "tickets", Value: v})
+			}
+			b.StartTimer()
+		}
+	}
+}
+
+func BenchmarkScan(b *testing.B) {
+	keys := benchKeys(1 << 16)
+	s := filled(b, keys)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, _ := s.Apply(Op{Kind: OpScan, Key: "key/1234", Limit: 100}); len(r.Items) != 11 {
+			b.Fatalf("scan returned %d items", len(r.Items))
+		}
+	}
+}
+
+func BenchmarkEncodeDecodeOp(b *testing.B) {
+	op := Op{Kind: OpCAS, Key: "key/1234", Expected: []byte("old"), Value: []byte("new-value")}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeOp(EncodeOp(op)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
