@@ -12,5 +12,6 @@ nearest replica and a final, strongly consistent view after consensus.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.AddCommand(newDemoCmd())
 	return root
 }

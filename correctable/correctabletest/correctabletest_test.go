@@ -88,7 +88,9 @@ func TestWritesApplyAtPrimaryOnly(t *testing.T) {
 
 // gate orders replies by construction: a replica replies when the test
 // sends its name.
-type gate struct{ open map[correctabletest.Replica]chan struct{} }
+type gate struct {
+	open map[correctabletest.Replica]chan struct{}
+}
 
 func newGate() *gate {
 	return &gate{open: map[correctabletest.Replica]chan struct{}{
