@@ -139,10 +139,20 @@ func TestNetworkEC2(t *testing.T) {
 		{vrgFRK, "VRG->FRK", 89 * time.Millisecond},
 		{conn("FRK", "r-frk"), "FRK->FRK", 2 * time.Millisecond},
 	} {
-		d := roundTrip(t, tc.c, []byte("ping"))
-		t.Logf("%s: %v", tc.name, d)
-		if d < tc.rtt || d > tc.rtt+slack {
-			t.Errorf("%s round trip %v, want in [%v, %v]", tc.name, d, tc.rtt, tc.rtt+slack)
+		// Every sample respects the floor; the best of three is held to
+		// the ceiling, so that one scheduling hiccup on a loaded machine
+		// does not fail the test.
+		best := time.Hour
+		for range 3 {
+			d := roundTrip(t, tc.c, []byte("ping"))
+			if d < tc.rtt {
+				t.Errorf("%s round trip %v, want >= %v", tc.name, d, tc.rtt)
+			}
+			best = min(best, d)
+		}
+		t.Logf("%s: best of 3 %v", tc.name, best)
+		if best > tc.rtt+slack {
+			t.Errorf("%s best round trip %v, want <= %v", tc.name, best, tc.rtt+slack)
 		}
 	}
 

@@ -137,12 +137,19 @@ func TestRoundTripIsAtLeastTheRTT(t *testing.T) {
 	const rtt = 40 * time.Millisecond
 	p := startProxy(t, startEcho(t).addr(), Config{Latency: rtt / 2})
 	c := dial(t, p.Addr())
+	best := time.Hour
 	for i := range 5 {
 		d := roundTrip(t, c, []byte("ping"))
 		t.Logf("round trip %d: %v", i, d)
-		if d < rtt || d > rtt+slack {
-			t.Fatalf("round trip %v, want in [%v, %v]", d, rtt, rtt+slack)
+		if d < rtt {
+			t.Fatalf("round trip %v, want >= %v", d, rtt)
 		}
+		best = min(best, d)
+	}
+	// The ceiling applies to the best sample: one scheduling hiccup on a
+	// loaded machine must not fail the test.
+	if best > rtt+slack {
+		t.Fatalf("best round trip %v, want <= %v", best, rtt+slack)
 	}
 }
 
@@ -150,7 +157,7 @@ func TestRoundTripIsAtLeastTheRTT(t *testing.T) {
 // one RTT later, not one RTT per write.
 func TestDelayIsNotCumulative(t *testing.T) {
 	const rtt = 40 * time.Millisecond
-	const writes = 20
+	const writes = 50 // per-chunk cumulative delay would take >= 1 s each way
 	p := startProxy(t, startEcho(t).addr(), Config{Latency: rtt / 2, ChunkSize: 16})
 	c := dial(t, p.Addr())
 	start := time.Now()
@@ -460,4 +467,35 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := NewProxy("", Config{}); err == nil {
 		t.Error("empty target accepted")
 	}
+}
+
+// TestJitterKeepsOrderAndFloor: with jitter, the round trip is never below
+// 2*(Latency-Jitter), and bytes arrive in order (see also
+// TestIntegrityConcurrent).
+func TestJitterKeepsOrderAndFloor(t *testing.T) {
+	const latency, jitter = 20 * time.Millisecond, 10 * time.Millisecond
+	p := startProxy(t, startEcho(t).addr(), Config{Latency: latency, Jitter: jitter, Seed: 1})
+	c := dial(t, p.Addr())
+	for i := range 10 {
+		if d := roundTrip(t, c, []byte{byte(i), 1, 2, 3}); d < 2*(latency-jitter) {
+			t.Fatalf("round trip %v, want >= %v", d, 2*(latency-jitter))
+		}
+	}
+}
+
+// TestBlackholeIsBounded: a sender into a blackhole is blocked by flow
+// control once the kernel buffers and the proxy's window are full; the
+// proxy does not buffer without limit.
+func TestBlackholeIsBounded(t *testing.T) {
+	p := startProxy(t, startEcho(t).addr(), Config{ChunkSize: 1024, MaxChunksInFlight: 4})
+	c := dial(t, p.Addr())
+	roundTrip(t, c, []byte("up"))
+	p.Partition()
+	const size = 64 << 20
+	c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+	n, err := c.Write(make([]byte, size))
+	if !isTimeout(err) || n >= size {
+		t.Fatalf("wrote %d of %d bytes into a blackhole, err %v; want a timeout", n, size, err)
+	}
+	t.Logf("%d bytes accepted before flow control stopped the sender", n)
 }
