@@ -106,7 +106,7 @@ func (r *Resolver[T]) Fail(err error) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("fail with %q: %w", err, ErrClosed)
+		return fmt.Errorf("fail after close: %w", ErrClosed)
 	}
 	c.err = err
 	hooks := c.closeLocked()
