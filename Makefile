@@ -1,7 +1,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build test test-short test-long lint fmt vet bench
+.PHONY: all build test test-long lint fmt vet bench proto
 
 all: lint test build
 
@@ -27,3 +27,12 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Regenerates api/*.pb.go: protoc from Debian's protobuf-compiler, the Go
+# plugins pinned in go.mod's tool block.
+proto:
+	PATH="$$(mktemp -d):$$PATH"; d=$${PATH%%:*}; \
+	$(GO) build -o $$d/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go && \
+	$(GO) build -o $$d/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc && \
+	protoc -I api --go_out=api --go_opt=paths=source_relative \
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/correctables.proto

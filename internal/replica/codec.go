@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/correctables/correctables/internal/state"
 )
 
@@ -168,4 +171,63 @@ func (d *decoder) req() *Req {
 		d.fail("zero operation id")
 	}
 	return q
+}
+
+// maxMessageVV bounds the entries of a decoded version vector.
+const maxMessageVV = 1 << 10
+
+// EncodeMessage encodes a replica message for the wire between replicas.
+func EncodeMessage(m Message) ([]byte, error) {
+	b := []byte{entryVersion, byte(m.Type)}
+	b = binary.AppendUvarint(b, m.From)
+	b = binary.AppendUvarint(b, m.To)
+	b = binary.AppendUvarint(b, m.Clock)
+	b = appendVV(b, m.VV)
+	b = binary.AppendUvarint(b, uint64(len(m.Ops)))
+	for _, q := range m.Ops {
+		b = AppendReq(b, q)
+	}
+	if m.Raft != nil {
+		rb, err := proto.Marshal(m.Raft)
+		if err != nil {
+			return nil, fmt.Errorf("replica: encode raft message: %w", err)
+		}
+		b = append(b, rb...)
+	}
+	return b, nil
+}
+
+// DecodeMessage decodes what EncodeMessage produced. It never panics on
+// garbage and rejects anything malformed with ErrCorrupt.
+func DecodeMessage(b []byte) (Message, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != entryVersion {
+		return Message{}, fmt.Errorf("%w: message version %d", ErrCorrupt, v)
+	}
+	m := Message{Type: MsgType(d.byte())}
+	m.From, m.To, m.Clock = d.uvarint(), d.uvarint(), d.uvarint()
+	if m.VV = d.vv(); len(m.VV) > maxMessageVV {
+		d.fail("version vector too large")
+	}
+	n := d.count()
+	for i := 0; i < n && d.err == nil; i++ {
+		m.Ops = append(m.Ops, d.req())
+	}
+	if d.err != nil {
+		return Message{}, d.err
+	}
+	switch m.Type {
+	case MsgRaft:
+		m.Raft = &raftpb.Message{}
+		if err := proto.Unmarshal(d.b, m.Raft); err != nil {
+			return Message{}, fmt.Errorf("%w: raft message: %w", ErrCorrupt, err)
+		}
+	case MsgOps, MsgSync:
+		if len(d.b) != 0 {
+			return Message{}, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+		}
+	default:
+		return Message{}, fmt.Errorf("%w: message type %d", ErrCorrupt, m.Type)
+	}
+	return m, nil
 }

@@ -25,12 +25,15 @@ type client struct {
 }
 
 type call struct {
-	seq    uint64
-	node   uint64
-	h      *history.Handle
-	strong bool
-	read   bool
-	closed bool
+	seq  uint64
+	node uint64
+	// crashes of node when the call was made: a call may lose its final
+	// view only if its node crashed after that.
+	crashes int
+	h       *history.Handle
+	strong  bool
+	read    bool
+	closed  bool
 }
 
 func (c *Cluster) startClients() {
@@ -74,7 +77,8 @@ func (c *Cluster) next(cl *client) {
 		return
 	}
 	cl.left--
-	ca := &call{seq: cl.seq, node: target.ID, strong: strong, read: op.ReadOnly()}
+	ca := &call{seq: cl.seq, node: target.ID, crashes: target.crashes, strong: strong, read: op.ReadOnly()}
+	c.calls = append(c.calls, ca)
 	ca.h = c.rec.Invoke(int(cl.id), op, strong)
 	cl.active = ca
 	cl.handles[cl.seq] = ca.h

@@ -192,6 +192,9 @@ func (c *Cluster) check(res *Result) error {
 	if len(ref.Tentative()) != 0 {
 		errs = append(errs, fmt.Errorf("convergence: %d operations still tentative after %v quiet", len(ref.Tentative()), c.opt.Quiet))
 	}
+	if err := c.checkFinalDelivered(res.Records); err != nil {
+		errs = append(errs, fmt.Errorf("final views: %w", err))
+	}
 	if err := history.CheckFinalOnce(res.Records); err != nil {
 		errs = append(errs, fmt.Errorf("final once: %w", err))
 	}
@@ -206,6 +209,27 @@ func (c *Cluster) check(res *Result) error {
 		errs = append(errs, fmt.Errorf("linearizability: %w", err))
 	} else if lin != porcupine.Ok {
 		errs = append(errs, fmt.Errorf("linearizability: porcupine could not decide (%v) within its time limit", lin))
+	}
+	return errors.Join(errs...)
+}
+
+// checkFinalDelivered: every operation that asked for a stable view got
+// one, unless the replica it was submitted to crashed before answering (a
+// crash loses the connection, as a real client would see).
+func (c *Cluster) checkFinalDelivered(records []history.Record) error {
+	var errs []error
+	for _, ca := range c.calls {
+		if ca.read && !ca.strong {
+			continue
+		}
+		rec := records[ca.h.Index()]
+		final := false
+		for _, v := range rec.Views {
+			final = final || v.Final
+		}
+		if !final && c.Node(ca.node).crashes == ca.crashes {
+			errs = append(errs, fmt.Errorf("record %d (%v at replica %d): no final view, and the replica did not crash", ca.h.Index(), rec.Op.Kind, ca.node))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -148,8 +148,13 @@ type Cluster struct {
 	cut     map[[2]uint64]bool
 	faulty  bool // faults apply (workload phase)
 	clients []*client
+	calls   []*call
 	rec     *history.Recorder
 	err     error
+
+	// Filter, if set, drops every message for which it returns true (the
+	// hazard tests use it to cut gossip but not raft, for example).
+	Filter func(m replica.Message) bool
 
 	// Counters for reports.
 	Messages, Dropped int
@@ -266,7 +271,7 @@ func (c *Cluster) pump(n *Node) {
 func (c *Cluster) send(m replica.Message) {
 	c.Messages++
 	link := [2]uint64{m.From, m.To}
-	if c.cut[link] {
+	if c.cut[link] || (c.Filter != nil && c.Filter(m)) {
 		c.Dropped++
 		return
 	}
@@ -281,7 +286,7 @@ func (c *Cluster) send(m replica.Message) {
 			copies = 2
 		}
 	}
-	wire, err := encodeMessage(m)
+	wire, err := replica.EncodeMessage(m)
 	if err != nil {
 		c.fail(err)
 		return
@@ -297,7 +302,7 @@ func (c *Cluster) send(m replica.Message) {
 				c.Dropped++
 				return
 			}
-			msg, err := decodeMessage(wire)
+			msg, err := replica.DecodeMessage(wire)
 			if err != nil {
 				c.fail(err)
 				return
@@ -308,6 +313,11 @@ func (c *Cluster) send(m replica.Message) {
 			c.pump(dst)
 		})
 	}
+}
+
+// linkDelay is the base one-way delay from a to b.
+func (c *Cluster) linkDelay(a, b uint64) time.Duration {
+	return time.Duration(c.delay[[2]uint64{a, b}])
 }
 
 // Partition cuts the links between group a and everyone else.

@@ -1,0 +1,10 @@
+// Package api holds the protobuf definitions of Correctables' wire protocol
+// (correctables.proto) and the code generated from them. Regenerate with
+// `make proto` (protoc from Debian's protobuf-compiler; the Go plugins are
+// pinned in go.mod's tool block).
+//
+// Store is the client-facing service: Invoke takes one operation and returns
+// one stream of views, preliminary first, then final; a final view equal to
+// the preliminary one comes as a confirmation without a result (Correctables
+// §5.2). Peer carries raft and gossip messages between replicas.
+package api
