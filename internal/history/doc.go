@@ -10,6 +10,8 @@
 //   - [CheckLinearizable]: every final view (of strong operations, and of weak
 //     operations that entered the replicated lists) is linearizable, checked
 //     with porcupine over the real state machine (Creek §4.3, Lin(strong, F)).
+//     The committed order is tried first as the linearization, in linear
+//     time; porcupine searches only when it is not one.
 //   - [CheckWeakViews]: fluctuating eventual consistency (Creek §4.3,
 //     FEC(weak, F)), checked by reconstruction: every preliminary view must be
 //     the result of executing the serial order its stamp claims (the committed

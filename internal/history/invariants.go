@@ -21,7 +21,7 @@ func CheckFinalOnce(records []Record) error {
 			}
 			prev = v.At
 			if final >= 0 {
-				vs.add(i, j, "%s: view %d (final=%v, %v) arrived after final view %d", rec.describe(i), j, v.Final, v.Result, final)
+				vs.add(i, j, "%s: view %d (final=%v, %s) arrived after final view %d", rec.describe(i), j, v.Final, describeResult(v.Result), final)
 				continue
 			}
 			if v.Final {

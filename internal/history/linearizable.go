@@ -339,16 +339,19 @@ const maxCandidates = 8
 func explainIllegal(model porcupine.Model, info porcupine.LinearizationInfo, parts [][]porcupine.Operation, records []Record) string {
 	partials := info.PartialLinearizationsOperations()
 	for p, all := range parts {
-		if p >= len(partials) || len(partials[p]) == 0 {
-			continue
+		if p >= len(partials) {
+			break
 		}
 		// Porcupine gives a set of maximal prefixes; show the longest, the
 		// lowest record indices first among equals, so reports are stable.
-		longest := slices.MaxFunc(partials[p], func(a, b []porcupine.Operation) int {
-			return cmp.Or(cmp.Compare(len(a), len(b)), -slices.CompareFunc(a, b, func(x, y porcupine.Operation) int {
-				return cmp.Compare(x.Metadata.(int), y.Metadata.(int))
-			}))
-		})
+		var longest []porcupine.Operation
+		if len(partials[p]) > 0 {
+			longest = slices.MaxFunc(partials[p], func(a, b []porcupine.Operation) int {
+				return cmp.Or(cmp.Compare(len(a), len(b)), -slices.CompareFunc(a, b, func(x, y porcupine.Operation) int {
+					return cmp.Compare(x.Metadata.(int), y.Metadata.(int))
+				}))
+			})
+		}
 		if len(longest) == len(all) {
 			continue // this sub-history is linearizable
 		}

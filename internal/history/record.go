@@ -94,7 +94,11 @@ func (r *Record) final() int {
 }
 
 func (r *Record) describe(i int) string {
-	return fmt.Sprintf("record %d (client %d, %s %s, id %v, invoked at %d)", i, r.Client, strongness(r.Strong), describeOp(r.Op), r.ID, r.Invoke)
+	id := "no id"
+	if !r.ID.IsZero() {
+		id = "id " + r.ID.String()
+	}
+	return fmt.Sprintf("record %d (client %d, %s %s, %s, invoked at %d)", i, r.Client, strongness(r.Strong), describeOp(r.Op), id, r.Invoke)
 }
 
 func strongness(strong bool) string {
