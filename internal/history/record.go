@@ -23,7 +23,8 @@ func (id OpID) IsZero() bool { return id == OpID{} }
 
 func (id OpID) String() string { return fmt.Sprintf("(%d,%d)", id.Origin, id.Seq) }
 
-// Submitted is an operation as it entered the replicated lists at its origin.
+// Submitted is an operation as it entered the replicated lists at its origin
+// (weak and strong operations, and the periodic strong no-ops).
 type Submitted struct {
 	ID OpID
 	// TS is the hybrid logical clock timestamp the origin assigned. The
@@ -45,7 +46,9 @@ type Stamp struct {
 	// view was computed.
 	CommittedCount int
 	// VV is the replica's version vector: it had received operation (o, s)
-	// for every s <= VV[o] (gossip is FIFO per origin).
+	// for every s <= VV[o] (gossip is FIFO per origin), weak and strong
+	// alike. It therefore covers the committed prefix, and the tentative list
+	// is exactly the covered operations outside that prefix.
 	VV map[uint64]uint64
 }
 
