@@ -1,0 +1,248 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/correctable"
+)
+
+var _ correctable.Binding[Op, Result] = (*Client)(nil)
+
+// levels is what Levels returns; never modified.
+var levels = []correctable.Level{correctable.Eventual, correctable.Strong}
+
+// Levels returns correctable.Eventual and correctable.Strong: the
+// preliminary view, executed at once on one replica's tentative state, and
+// the final view, strongly consistent (CAB for updates, ReadIndex for
+// reads).
+func (c *Client) Levels() []correctable.Level { return levels }
+
+// Submit runs op at the requested levels and emits its views; it implements
+// correctable.Binding. Use Invoke, InvokeWeak and InvokeStrong rather than
+// calling it. The levels map to one request:
+//
+//	Eventual          preliminary            (weak protocol)
+//	Strong            final, strong          (strong protocol)
+//	Eventual, Strong  preliminary, final, strong
+//
+// A final view that equals the preliminary one arrives as a confirmation:
+// the view has Confirmed set and the preliminary view's value.
+func (c *Client) Submit(ctx context.Context, op Op, levels []correctable.Level, emit correctable.Emitter[Result]) error {
+	return c.submit(ctx, op, levels, false, emit)
+}
+
+// Invoke runs op and returns its views at the given levels, weakest first;
+// with no levels, at both: a preliminary view and a final one (Correctables
+// §3.2 invoke).
+func (c *Client) Invoke(ctx context.Context, op Op, levels ...correctable.Level) *correctable.Correctable[Result] {
+	return correctable.Invoke(ctx, c, op, levels...)
+}
+
+// InvokeWeak runs op with the weak protocol and returns its one view, from
+// the nearest replica's tentative state (Correctables §3.2 invokeWeak).
+func (c *Client) InvokeWeak(ctx context.Context, op Op) *correctable.Correctable[Result] {
+	return correctable.InvokeWeak(ctx, c, op)
+}
+
+// InvokeStrong runs op with the strong protocol and returns its one,
+// strongly consistent view (Correctables §3.2 invokeStrong).
+func (c *Client) InvokeStrong(ctx context.Context, op Op) *correctable.Correctable[Result] {
+	return correctable.InvokeStrong(ctx, c, op)
+}
+
+// InvokeWeakCommitted runs update op with the weak protocol, like
+// InvokeWeak, and also returns its committed view: the preliminary view at
+// correctable.Eventual at once, then, once a later strong operation (or the
+// replicas' periodic strong no-op) has fixed the update's place in the
+// committed order, its result in that order as the final view, at
+// correctable.Strong. The committed order respects real time (an operation
+// is committed after it was invoked and before its final view arrives), so
+// final views are linearizable like those of strong operations; the update
+// itself did not wait for consensus.
+//
+// Weak reads have no committed view: for a read-only op (Get, Scan, a Txn
+// without writes) the Correctable fails with ErrInvalidArgument.
+func (c *Client) InvokeWeakCommitted(ctx context.Context, op Op) *correctable.Correctable[Result] {
+	return correctable.Invoke(ctx, weakCommitted{c}, op)
+}
+
+// weakCommitted is the binding behind InvokeWeakCommitted: the Client's
+// levels, with the final view from the weak protocol.
+type weakCommitted struct{ c *Client }
+
+func (b weakCommitted) Levels() []correctable.Level { return levels }
+
+func (b weakCommitted) Submit(ctx context.Context, op Op, levels []correctable.Level, emit correctable.Emitter[Result]) error {
+	if op.ReadOnly() {
+		return fmt.Errorf("client: %v: %w: a weak read has no committed view", op, ErrInvalidArgument)
+	}
+	return b.c.submit(ctx, op, levels, true, emit)
+}
+
+// levelSet is a request's levels.
+type levelSet struct{ eventual, strong bool }
+
+func toLevelSet(ls []correctable.Level) (levelSet, error) {
+	var s levelSet
+	for _, l := range ls {
+		switch l {
+		case correctable.Eventual:
+			s.eventual = true
+		case correctable.Strong:
+			s.strong = true
+		default:
+			return s, fmt.Errorf("%w: level %v (the Client offers %v)", ErrInvalidArgument, l, levels)
+		}
+	}
+	if !s.eventual && !s.strong {
+		return s, fmt.Errorf("%w: no level", ErrInvalidArgument)
+	}
+	return s, nil
+}
+
+// submit runs op at the nearest healthy endpoint, failing over to the next
+// one on Unavailable as long as that cannot run op twice: before any view
+// arrived, and, for an update, only if its request never left the client.
+func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result]) error {
+	c.stats.ops.Add(1)
+	err := c.run(ctx, op, levels, weak, emit)
+	if err != nil && ctx.Err() == nil {
+		c.stats.failed.Add(1)
+	}
+	return err
+}
+
+func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result]) error {
+	if c.isClosed() {
+		return fmt.Errorf("client: %v: %w", op, ErrClosed)
+	}
+	ls, err := toLevelSet(levels)
+	if err != nil {
+		return fmt.Errorf("client: %v: %w", op, err)
+	}
+	pop, err := toAPIOp(op)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	req := toAPIRequest(pop, ls, weak)
+	retryable := op.ReadOnly() || op.kind == KindNoop
+	var errs []error
+	for i, e := range c.route() {
+		if i > 0 {
+			c.stats.failovers.Add(1)
+			c.cfg.logger.Debug("client: failing over", "op", op, "endpoint", e.addr, "err", errs[len(errs)-1])
+		}
+		sent, viewed, err := c.invokeAt(ctx, e, req, ls, emit)
+		if err == nil {
+			return nil
+		}
+		if c.isClosed() {
+			return fmt.Errorf("client: %v at %s: %w", op, e.addr, ErrClosed)
+		}
+		err = fmt.Errorf("client: %v at %s: %w", op, e.addr, err)
+		if !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		c.markDown(e, err)
+		errs = append(errs, err)
+		if viewed || (sent && !retryable) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// invokeAt runs req at e and emits its views. It reports whether the
+// request left the client and whether any view arrived, so that the caller
+// knows whether trying elsewhere could run the operation twice.
+func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result]) (sent, viewed bool, err error) {
+	a := &attempt{}
+	ctx, cancel := context.WithCancel(context.WithValue(ctx, attemptKey{}, a))
+	defer cancel() // ends the stream whatever the server still sends
+	stream, err := e.store.Invoke(ctx, req)
+	if a.sent.Load() {
+		c.stats.bytesSent.Add(uint64(proto.Size(req)))
+	}
+	if err != nil {
+		return a.sent.Load(), false, errorFromStatus(ctx, err)
+	}
+	var rd reader
+	for {
+		rep, err := stream.Recv()
+		if err == io.EOF {
+			return true, rd.viewed, fmt.Errorf("%w: the stream ended without the final view", ErrProtocol)
+		}
+		if err != nil {
+			return true, rd.viewed, errorFromStatus(ctx, err)
+		}
+		c.stats.bytesReceived.Add(uint64(proto.Size(rep)))
+		v, last, err := rd.view(rep, ls)
+		if err != nil {
+			return true, rd.viewed, err
+		}
+		c.stats.views.Add(1)
+		if v.Confirmed {
+			c.stats.confirmations.Add(1)
+			c.stats.bytesSaved.Add(uint64(proto.Size(rd.prelim)))
+		}
+		if err := emit(v); err != nil {
+			if errors.Is(err, correctable.ErrClosed) {
+				return true, true, nil // the invocation ended: nothing to report
+			}
+			return true, true, fmt.Errorf("%w: %w", ErrProtocol, err)
+		}
+		if last {
+			return true, true, nil
+		}
+	}
+}
+
+// reader turns a stream of replies into views, checking the protocol.
+type reader struct {
+	viewed bool
+	prelim *api.Result // the preliminary view's result
+}
+
+// view decodes one reply. last reports that the view is at the strongest
+// requested level: nothing follows it.
+func (rd *reader) view(rep *api.ViewReply, ls levelSet) (v correctable.View[Result], last bool, err error) {
+	switch {
+	case !rep.GetFinal() && !ls.eventual:
+		return v, false, fmt.Errorf("%w: a preliminary view, not requested", ErrProtocol)
+	case !rep.GetFinal() && rd.viewed:
+		return v, false, fmt.Errorf("%w: a second preliminary view", ErrProtocol)
+	case rep.GetConfirmed() && !rep.GetFinal():
+		return v, false, fmt.Errorf("%w: a confirmation in a preliminary view", ErrProtocol)
+	case rep.GetConfirmed() && rd.prelim == nil:
+		return v, false, fmt.Errorf("%w: a confirmation without a preliminary view", ErrProtocol)
+	case !rep.GetConfirmed() && rep.GetResult() == nil:
+		return v, false, fmt.Errorf("%w: a view without a result", ErrProtocol)
+	}
+	// Without a final view requested, the one reply is the eventual view,
+	// whether or not the server marks it final.
+	v.Level = correctable.Eventual
+	last = true
+	if !rep.GetFinal() {
+		last = !ls.strong
+		rd.prelim = rep.GetResult()
+	} else if ls.strong {
+		v.Level = correctable.Strong
+	}
+	if rep.GetConfirmed() {
+		v.Confirmed = true
+		v.Value = fromAPIResult(rd.prelim) // the Correctable reuses the previous value anyway
+	} else {
+		v.Value = fromAPIResult(rep.GetResult())
+	}
+	if rep.GetStamp() != nil || rep.GetId() != nil {
+		v.Stamp = fromAPIStamp(rep.GetStamp(), rep.GetId())
+	}
+	rd.viewed = true
+	return v, last, nil
+}

@@ -1,0 +1,40 @@
+// Package client is the Go client of the Correctables store: one operation,
+// several views over time, each at least as strong as the one before
+// (Correctables, OSDI 2016).
+//
+// Dial connects to the replicas, measures the round-trip time to each and
+// routes every operation to the nearest healthy one, failing over to the
+// next when a replica is unavailable. An operation is an Op built with a
+// constructor (Get, Put, Delete, CAS, CASAbsent, Incr, Append, Scan,
+// Enqueue, Dequeue, Txn, Noop); invoking it returns a
+// *correctable.Correctable[Result] that receives its views:
+//
+//	c.Invoke(ctx, op)                     preliminary view (correctable.Eventual), then final (correctable.Strong)
+//	c.InvokeWeak(ctx, op)                 one view, from one replica's tentative state, at once
+//	c.InvokeStrong(ctx, op)               one view, strongly consistent (after consensus)
+//	c.InvokeWeakCommitted(ctx, update)    a weak update's view at once, then its committed result
+//
+// The typed helpers (c.Get, c.Put, c.Incr, ...) build the op and invoke it
+// at the levels given, both by default. All requests of one invocation are
+// one gRPC call with one stream of replies (Correctables §5.2): the replica
+// sends the preliminary view before coordinating and, when the final view
+// equals it, a small confirmation instead of the result; such a view has
+// Confirmed set and the preliminary view's value. Every view carries the
+// replica's Stamp (StampOf).
+//
+// The Client is a correctable.Binding[Op, Result], so everything in package
+// correctable (Speculate, Then, All, FirstAtLeast, ...) applies. Result is
+// not comparable: use correctable.SpeculateFunc with Result.Equal.
+//
+// Errors come in two kinds. An operation that ran and failed at the replica
+// (an increment of a non-integer, a key too large) has a Result whose Err
+// matches ErrNotInteger, ErrKeyTooLarge and the like; it may differ between
+// the preliminary and the final view. An operation that could not run fails
+// the Correctable with an error matching ErrInvalidArgument, ErrOverloaded,
+// ErrUnavailable, ErrProtocol, ErrClosed, or the context's error. Test both
+// with errors.Is.
+//
+// Stats counts operations and the bytes of requests and replies on the
+// client link, and the bytes confirmations saved, to measure the bandwidth
+// cost of incremental views.
+package client

@@ -1,0 +1,154 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// Defaults of the options.
+const (
+	DefaultDialTimeout   = 5 * time.Second
+	DefaultProbeInterval = 2 * time.Second
+	DefaultProbeTimeout  = time.Second
+	DefaultProbeWindow   = 8
+	DefaultInitialProbes = 3
+)
+
+// Option configures Dial.
+type Option func(*config)
+
+// config holds what the options set. validate fills in defaults.
+type config struct {
+	// creds secures the connections; nil means plaintext, which validate
+	// allows only on loopback endpoints unless insecure is set.
+	creds    credentials.TransportCredentials
+	insecure bool
+	// dialOpts are passed to grpc.NewClient after the client's own.
+	dialOpts []grpc.DialOption
+	logger   *slog.Logger
+	// dialTimeout bounds Dial's initial probes.
+	dialTimeout time.Duration
+	// probeInterval is the time between two probe rounds.
+	probeInterval time.Duration
+	// probeTimeout bounds one Status probe.
+	probeTimeout time.Duration
+	// probeWindow is how many round-trip samples per endpoint the estimate
+	// (their median) is taken over.
+	probeWindow int
+	// initialProbes is how many probes Dial sends each endpoint.
+	initialProbes int
+}
+
+// WithTransportCredentials secures the connections with creds (for example
+// credentials.NewTLS). Without it the Client talks plaintext, which Dial
+// accepts only for loopback endpoints (or with WithInsecure).
+func WithTransportCredentials(creds credentials.TransportCredentials) Option {
+	return func(c *config) { c.creds = creds }
+}
+
+// WithInsecure allows plaintext connections to endpoints that are not on
+// loopback. Use it only on a network you trust.
+func WithInsecure() Option { return func(c *config) { c.insecure = true } }
+
+// WithDialOptions adds gRPC dial options, applied after the Client's own
+// (transport credentials and a stats handler).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// WithLogger sets the logger for endpoint health changes and failovers.
+// The default discards.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithDialTimeout bounds Dial's initial probes (default DefaultDialTimeout).
+func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithProbeInterval sets the time between two rounds of round-trip probes
+// (default DefaultProbeInterval).
+func WithProbeInterval(d time.Duration) Option { return func(c *config) { c.probeInterval = d } }
+
+// WithProbeTimeout bounds one probe (default DefaultProbeTimeout); an
+// endpoint that does not answer in time is marked down.
+func WithProbeTimeout(d time.Duration) Option { return func(c *config) { c.probeTimeout = d } }
+
+// WithProbeWindow sets how many recent round-trip samples an endpoint's
+// estimate is the median of (default DefaultProbeWindow).
+func WithProbeWindow(n int) Option { return func(c *config) { c.probeWindow = n } }
+
+// WithInitialProbes sets how many probes Dial sends each endpoint before it
+// returns (default DefaultInitialProbes).
+func WithInitialProbes(n int) Option { return func(c *config) { c.initialProbes = n } }
+
+// validate fills in defaults and checks the configuration against the
+// endpoints. Errors wrap ErrInvalidArgument.
+func (c *config) validate(endpoints []string) error {
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if c.dialTimeout == 0 {
+		c.dialTimeout = DefaultDialTimeout
+	}
+	if c.probeInterval == 0 {
+		c.probeInterval = DefaultProbeInterval
+	}
+	if c.probeTimeout == 0 {
+		c.probeTimeout = DefaultProbeTimeout
+	}
+	if c.probeWindow == 0 {
+		c.probeWindow = DefaultProbeWindow
+	}
+	if c.initialProbes == 0 {
+		c.initialProbes = DefaultInitialProbes
+	}
+	var errs []error
+	if c.dialTimeout < 0 || c.probeInterval < 0 || c.probeTimeout < 0 {
+		errs = append(errs, errors.New("negative duration"))
+	}
+	if c.probeWindow < 0 || c.probeWindow > 1024 {
+		errs = append(errs, fmt.Errorf("probe window %d not in [1, 1024]", c.probeWindow))
+	}
+	if c.initialProbes < 0 || c.initialProbes > 100 {
+		errs = append(errs, fmt.Errorf("initial probes %d not in [1, 100]", c.initialProbes))
+	}
+	if len(endpoints) == 0 {
+		errs = append(errs, errors.New("no endpoints"))
+	}
+	seen := make(map[string]bool, len(endpoints))
+	for _, ep := range endpoints {
+		if seen[ep] {
+			errs = append(errs, fmt.Errorf("endpoint %q listed twice", ep))
+		}
+		seen[ep] = true
+		if c.creds == nil && !c.insecure && !isLoopback(ep) {
+			errs = append(errs, fmt.Errorf("endpoint %q is not on loopback: plaintext refused (use WithTransportCredentials, or WithInsecure)", ep))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// isLoopback reports whether a host:port endpoint (or a unix socket) is on
+// this machine.
+func isLoopback(ep string) bool {
+	if strings.HasPrefix(ep, "unix:") {
+		return true
+	}
+	host, _, err := net.SplitHostPort(ep)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

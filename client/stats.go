@@ -1,0 +1,96 @@
+package client
+
+import (
+	"context"
+	"sync/atomic"
+
+	"google.golang.org/grpc/stats"
+)
+
+// Stats counts the Client's operations and the bytes they moved on the
+// client link, so that the bandwidth cost of incremental views can be
+// measured against the paper's (Correctables §5.2, §6.2.1). Byte counts
+// cover Invoke streams only, not probes.
+type Stats struct {
+	// Ops is the number of invocations submitted; Failed, those that
+	// failed (any error but the invocation's end).
+	Ops, Failed uint64
+	// Views is the number of views received; Confirmations, the final
+	// views that only confirmed the preliminary one, without a result.
+	Views, Confirmations uint64
+	// Failovers is the number of times an invocation moved to the next
+	// endpoint after an unavailable one.
+	Failovers uint64
+	// BytesSent and BytesReceived are the encoded sizes of the requests
+	// sent and the view replies received (proto.Size): the payload the
+	// protocol moves, without gRPC or HTTP/2 framing.
+	BytesSent, BytesReceived uint64
+	// BytesSaved estimates the bytes confirmations saved: for each, the
+	// encoded size of the preliminary result it stood for, which a final
+	// view with the result would have carried.
+	BytesSaved uint64
+	// WireBytesSent and WireBytesReceived are the same messages as gRPC
+	// wrote and read them: compressed if compression is on, with gRPC's
+	// message framing (5 bytes), without HTTP/2 framing.
+	WireBytesSent, WireBytesReceived uint64
+}
+
+// Stats returns the counts since Dial.
+func (c *Client) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Ops:               s.ops.Load(),
+		Failed:            s.failed.Load(),
+		Views:             s.views.Load(),
+		Confirmations:     s.confirmations.Load(),
+		Failovers:         s.failovers.Load(),
+		BytesSent:         s.bytesSent.Load(),
+		BytesReceived:     s.bytesReceived.Load(),
+		BytesSaved:        s.bytesSaved.Load(),
+		WireBytesSent:     s.wireSent.Load(),
+		WireBytesReceived: s.wireReceived.Load(),
+	}
+}
+
+type counters struct {
+	ops, failed, views, confirmations, failovers atomic.Uint64
+	bytesSent, bytesReceived, bytesSaved         atomic.Uint64
+	wireSent, wireReceived                       atomic.Uint64
+}
+
+// attempt is what the wire counter learns about one Invoke RPC. It rides in
+// the RPC's context.
+type attempt struct {
+	// sent is set once the request was written to the transport: from then
+	// on the replica may execute it, and an update must not be retried
+	// elsewhere.
+	sent atomic.Bool
+}
+
+type attemptKey struct{}
+
+// wireCounter is the gRPC stats.Handler that counts Invoke payloads on the
+// wire and tells the Client whether a request left.
+type wireCounter struct{ c *counters }
+
+var _ stats.Handler = wireCounter{}
+
+func (wireCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (w wireCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	a, ok := ctx.Value(attemptKey{}).(*attempt)
+	if !ok {
+		return // not an Invoke (a probe)
+	}
+	switch s := s.(type) {
+	case *stats.OutPayload:
+		a.sent.Store(true)
+		w.c.wireSent.Add(uint64(s.WireLength))
+	case *stats.InPayload:
+		w.c.wireReceived.Add(uint64(s.WireLength))
+	}
+}
+
+func (wireCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (wireCounter) HandleConn(context.Context, stats.ConnStats) {}
