@@ -84,19 +84,19 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 // list and the newly committed operations stays as it was executed.
 func (r *Replica) commit(ops []*Req) error {
 	var fresh []*Req
-	next := VV{}
+	upto := VV{}
 	for _, q := range ops {
 		o := q.ID.Origin
 		if q.ID.Seq <= r.committedVV[o] {
 			continue // committed by an earlier entry
 		}
-		want := max(r.committedVV[o], next[o]) + 1
+		want := max(r.committedVV[o], upto[o]) + 1
 		if q.ID.Seq != want {
 			// Entries are built from contiguous prefixes; a gap means a
 			// corrupted or foreign log.
 			return fmt.Errorf("replica: entry commits %v, expected %d.%d next", q.ID, o, want)
 		}
-		next[o] = q.ID.Seq
+		upto[o] = q.ID.Seq
 		fresh = append(fresh, q)
 	}
 	if len(fresh) == 0 {
@@ -104,25 +104,7 @@ func (r *Replica) commit(ops []*Req) error {
 	}
 	slices.SortFunc(fresh, compareReq)
 
-	// Longest common prefix with the tentative list: executed already in
-	// the committed order, so their results stand.
-	m := 0
-	for m < len(fresh) && m < len(r.tentative) && r.tentative[m].req.ID == fresh[m].ID {
-		m++
-	}
-	results := make([]state.Result, len(fresh))
-	for i := 0; i < m; i++ {
-		results[i] = r.tentative[i].result
-	}
-	rest := r.rollbackTo(m)
-	r.tentative = r.tentative[:0:0]
-	for i := m; i < len(fresh); i++ {
-		q := fresh[i]
-		res, _ := r.st.Apply(q.Op)
-		r.stats.Executions++
-		results[i] = res
-	}
-	committedNow := map[OpID]bool{}
+	committedNow := make(map[OpID]bool, len(fresh))
 	for _, q := range fresh {
 		committedNow[q.ID] = true
 	}
@@ -142,16 +124,34 @@ func (r *Replica) commit(ops []*Req) error {
 			}
 		}
 		r.committed = append(r.committed, q.ID)
+		delete(r.arrived, q.ID)
 	}
-	// Undo the first m tentative entries' bookkeeping: they are now
-	// committed and applied in the state as they were.
-	var remaining []*Req
-	for _, q := range rest {
-		if !committedNow[q.ID] {
-			remaining = append(remaining, q)
+
+	// The new order after the committed list: the newly committed
+	// operations, then the rest of the tentative list (Algorithm 1 line 53).
+	// What the tentative list executed in that order already stands; only
+	// the rest is rolled back and executed (adjustExecution, line 42).
+	next := make([]*Req, 0, len(r.tentative)+len(fresh))
+	next = append(next, fresh...)
+	for _, e := range r.tentative {
+		if !committedNow[e.req.ID] {
+			next = append(next, e.req)
 		}
 	}
-	r.reexec(remaining)
+	keep := 0
+	for keep < len(next) && keep < len(r.tentative) && r.tentative[keep].req.ID == next[keep].ID {
+		keep++
+	}
+	r.rollbackTo(keep)
+	r.reexec(next[keep:])
+	results := make([]state.Result, len(fresh))
+	for i := range fresh {
+		results[i] = r.tentative[i].result
+	}
+	// The committed operations leave the tentative list; their effects stay
+	// in the state and their undo records are never needed again (they are
+	// below everything that can still be rolled back).
+	r.tentative = slices.Delete(r.tentative, 0, len(fresh))
 	r.stats.Committed += len(fresh)
 
 	for i, q := range fresh {
@@ -238,7 +238,7 @@ func (r *Replica) Tick() {
 	// operations of others it holds, less often, in case their origin is
 	// down (any replica may carry them into the log).
 	if (r.ownTentative() && r.ticks-r.lastNoop >= r.cfg.NoopTicks) ||
-		(len(r.tentative) > 0 && r.ticks-r.lastNoop >= 4*r.cfg.NoopTicks) {
+		(r.ticks-r.lastNoop >= r.cfg.NoopTicks && r.staleForeign()) {
 		r.lastNoop = r.ticks
 		r.proposeNoop()
 	}
@@ -257,6 +257,18 @@ func (r *Replica) Tick() {
 			r.node.ReadIndex(readCtx(id))
 		}
 	}
+}
+
+// staleForeign reports whether an operation of another origin has waited
+// 4*NoopTicks for commit here: its origin's own no-op should have committed
+// it by then, so the origin may be down.
+func (r *Replica) staleForeign() bool {
+	for _, e := range r.tentative {
+		if e.req.ID.Origin != r.cfg.ID && r.ticks-r.arrived[e.req.ID] >= 4*r.cfg.NoopTicks {
+			return true
+		}
+	}
+	return false
 }
 
 // ownTentative reports whether an operation of this replica awaits commit.

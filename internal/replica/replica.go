@@ -168,6 +168,8 @@ type Replica struct {
 	applied uint64 // last raft index applied
 	ticks   int
 
+	// arrived is the tick each tentative operation arrived at.
+	arrived       map[OpID]int
 	waiting       map[OpID]*waiter
 	pendingStrong map[OpID]int // own uncommitted strong ops -> tick last proposed
 	reads         map[uint64]*pendingRead
@@ -205,6 +207,7 @@ func New(cfg Config) (*Replica, error) {
 		log:           map[uint64][]*Req{},
 		lastTS:        map[uint64]uint64{},
 		waiting:       map[OpID]*waiter{},
+		arrived:       map[OpID]int{},
 		pendingStrong: map[OpID]int{},
 		reads:         map[uint64]*pendingRead{},
 	}
@@ -380,6 +383,7 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	}
 	r.vv[o] = req.ID.Seq
 	r.log[o] = append(r.log[o], req)
+	r.arrived[req.ID] = r.ticks
 	r.clk.Observe(req.TS)
 	if req.TS > r.lastTS[o] {
 		r.lastTS[o] = req.TS
@@ -437,3 +441,6 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 	r.reexec(rest)
 	r.stats = saved
 }
+
+// Stamp returns the replica's current stamp.
+func (r *Replica) Stamp() Stamp { return r.stamp() }

@@ -204,7 +204,7 @@ func (c *Cluster) check(res *Result) error {
 	if err := history.CheckWeakViews(res.Records, submitted, res.Committed); err != nil {
 		errs = append(errs, fmt.Errorf("weak views: %w", err))
 	}
-	lin, err := history.CheckLinearizable(res.Records, res.Committed, 20*time.Second)
+	lin, err := history.CheckLinearizableWith(res.Records, res.Committed, history.LinearizableOptions{Timeout: 20 * time.Second, Submitted: submitted})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("linearizability: %w", err))
 	} else if lin != porcupine.Ok {

@@ -1,0 +1,54 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/correctables/correctables/internal/replica"
+)
+
+// Errors of the server, before they become gRPC statuses.
+var (
+	// ErrInvalidRequest: the request is malformed (no operation, unknown
+	// kind, nothing asked for).
+	ErrInvalidRequest = errors.New("server: invalid request")
+	// ErrOverloaded: too many requests in flight.
+	ErrOverloaded = errors.New("server: too many requests in flight")
+	// ErrStopped: the server is shutting down.
+	ErrStopped = errors.New("server: stopped")
+)
+
+// statusTable maps server errors to gRPC codes: the one place where that
+// happens (as etcd's rpctypes). The first match wins.
+var statusTable = []struct {
+	err  error
+	code codes.Code
+}{
+	{ErrInvalidRequest, codes.InvalidArgument},
+	{replica.ErrInvalidOp, codes.InvalidArgument},
+	{ErrOverloaded, codes.ResourceExhausted},
+	{replica.ErrBusy, codes.ResourceExhausted},
+	{ErrStopped, codes.Unavailable},
+	{context.Canceled, codes.Canceled},
+	{context.DeadlineExceeded, codes.DeadlineExceeded},
+}
+
+// toStatus converts an error to a gRPC status error; unknown errors are
+// Internal.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, e := range statusTable {
+		if errors.Is(err, e.err) {
+			return status.Error(e.code, err.Error())
+		}
+	}
+	return status.Error(codes.Internal, err.Error())
+}

@@ -1,0 +1,452 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/replica"
+	"github.com/correctables/correctables/internal/state"
+)
+
+// Storage is a replica's durable storage: the raft log and hard state, and
+// the replica's own operations. internal/storage implements it on Pebble.
+type Storage interface {
+	raft.Storage
+	// Save persists, atomically and durably, what one Ready asks for.
+	Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error
+	// OwnOps returns the persisted own operations in sequence order.
+	OwnOps() ([]*replica.Req, error)
+	Close() error
+}
+
+// Config configures a Server. validate fills defaults.
+type Config struct {
+	// ID is this replica's id; Peers maps every replica's id (this one
+	// included) to the address its peer service listens on.
+	ID    uint64
+	Peers map[uint64]string
+	// ClientAddr and PeerAddr are where this replica listens for clients and
+	// for peers ("127.0.0.1:0" picks a port). They may be the same address:
+	// both services are then served on one listener.
+	ClientAddr, PeerAddr string
+	// Storage is the durable storage; the Server closes it on Stop.
+	Storage Storage
+	// Tick is the period of the replica's logical clock. Default 10ms.
+	Tick time.Duration
+	// ElectionTicks, HeartbeatTicks, GossipTicks, NoopTicks, RetryTicks:
+	// see replica.Config. Defaults 30, 3, 2, 5, 50.
+	ElectionTicks, HeartbeatTicks, GossipTicks, NoopTicks, RetryTicks int
+	// Limits bound keys, values and scans.
+	Limits state.Limits
+	// MaxInflight bounds client requests in flight. Default 10,000.
+	MaxInflight int
+	// PeerQueue bounds the messages queued for one peer; past it messages
+	// are dropped (raft and anti-entropy recover). Default 4,096.
+	PeerQueue int
+	// Logger receives the server's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics, if set, receives the server's metrics.
+	Metrics *Metrics
+	// Seed seeds the election timer; default: random.
+	Seed uint64
+}
+
+func (c *Config) validate() error {
+	if c.ID == 0 {
+		return errors.New("server: config: ID must be non-zero")
+	}
+	if _, ok := c.Peers[c.ID]; !ok {
+		return fmt.Errorf("server: config: Peers has no address for this replica (%d)", c.ID)
+	}
+	if c.Storage == nil {
+		return errors.New("server: config: Storage is required")
+	}
+	if c.ClientAddr == "" {
+		return errors.New("server: config: ClientAddr is required")
+	}
+	if c.PeerAddr == "" {
+		c.PeerAddr = c.Peers[c.ID]
+	}
+	if c.Tick <= 0 {
+		c.Tick = 10 * time.Millisecond
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.ElectionTicks, 30)
+	def(&c.HeartbeatTicks, 3)
+	def(&c.GossipTicks, 2)
+	def(&c.NoopTicks, 5)
+	def(&c.RetryTicks, 50)
+	def(&c.MaxInflight, 10_000)
+	def(&c.PeerQueue, 4096)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	c.Limits.EnsureDefaults()
+	return c.Limits.Validate()
+}
+
+// request is a client request on its way to the loop.
+type request struct {
+	cr    replica.ClientRequest
+	views chan replica.View // buffered for every view the request can get
+	err   chan error        // Submit's answer
+}
+
+// Server runs one replica: the event loop that owns it, gRPC services for
+// clients and peers, and the storage.
+type Server struct {
+	api.UnimplementedStoreServer
+	api.UnimplementedPeerServer
+
+	cfg Config
+	log *slog.Logger
+	rep *replica.Replica
+
+	submit  chan *request
+	inbound chan replica.Message
+	status  chan chan *api.StatusReply
+	stop    chan struct{}
+	done    chan struct{}
+
+	// Owned by the loop: the requests waiting for views, by seq.
+	waiting map[uint64]*request
+	nextSeq uint64
+
+	inflight chan struct{} // semaphore of client requests
+	peers    map[uint64]*peer
+
+	grpcClient, grpcPeer *grpc.Server
+	lisClient, lisPeer   net.Listener
+	wg                   sync.WaitGroup
+	stopOnce             sync.Once
+	loopErr              error
+}
+
+// New builds a server and recovers its replica from storage. Start begins
+// serving.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	own, err := cfg.Storage.OwnOps()
+	if err != nil {
+		return nil, fmt.Errorf("server: reading own operations: %w", err)
+	}
+	ids := make([]uint64, 0, len(cfg.Peers))
+	for id := range cfg.Peers {
+		ids = append(ids, id)
+	}
+	rep, err := replica.New(replica.Config{
+		ID: cfg.ID, Peers: ids, Storage: cfg.Storage, OwnOps: own,
+		Clock:  func() int64 { return time.Now().UnixNano() },
+		Rand:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
+		Limits: cfg.Limits, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
+		GossipTicks: cfg.GossipTicks, NoopTicks: cfg.NoopTicks, RetryTicks: cfg.RetryTicks,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger.With("replica", cfg.ID), rep: rep,
+		submit:   make(chan *request, 1024),
+		inbound:  make(chan replica.Message, 4096),
+		status:   make(chan chan *api.StatusReply),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		waiting:  map[uint64]*request{},
+		inflight: make(chan struct{}, cfg.MaxInflight),
+		peers:    map[uint64]*peer{},
+	}
+	for id, addr := range cfg.Peers {
+		if id != cfg.ID {
+			s.peers[id] = newPeer(s, id, addr)
+		}
+	}
+	return s, nil
+}
+
+// Start listens and serves; it returns once the listeners are open.
+func (s *Server) Start() error {
+	var err error
+	if s.lisClient, err = net.Listen("tcp", s.cfg.ClientAddr); err != nil {
+		return fmt.Errorf("server: listen for clients: %w", err)
+	}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler())}
+	s.grpcClient = grpc.NewServer(opts...)
+	api.RegisterStoreServer(s.grpcClient, s)
+	if s.cfg.PeerAddr == s.cfg.ClientAddr {
+		api.RegisterPeerServer(s.grpcClient, s)
+	} else {
+		if s.lisPeer, err = net.Listen("tcp", s.cfg.PeerAddr); err != nil {
+			s.lisClient.Close()
+			return fmt.Errorf("server: listen for peers: %w", err)
+		}
+		s.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage))
+		api.RegisterPeerServer(s.grpcPeer, s)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.loop()
+	}()
+	for _, p := range s.peers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			p.run(s.stop)
+		}()
+	}
+	serve := func(g *grpc.Server, l net.Listener) {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := g.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				s.log.Error("grpc serve", "err", err)
+			}
+		}()
+	}
+	serve(s.grpcClient, s.lisClient)
+	if s.grpcPeer != nil {
+		serve(s.grpcPeer, s.lisPeer)
+	}
+	s.log.Info("replica started", "clients", s.lisClient.Addr().String(), "peers", s.PeerAddr())
+	return nil
+}
+
+// ClientAddr returns the address clients dial.
+func (s *Server) ClientAddr() string { return s.lisClient.Addr().String() }
+
+// PeerAddr returns the address peers dial.
+func (s *Server) PeerAddr() string {
+	if s.lisPeer != nil {
+		return s.lisPeer.Addr().String()
+	}
+	return s.lisClient.Addr().String()
+}
+
+// Stop shuts the server down: no new requests, streams end, the loop stops,
+// storage is closed. Safe to call more than once.
+func (s *Server) Stop() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		// Streams see the loop's end and return; then gRPC can stop.
+		<-s.loopDone()
+		if s.grpcClient != nil {
+			s.grpcClient.Stop()
+		}
+		if s.grpcPeer != nil {
+			s.grpcPeer.Stop()
+		}
+		s.wg.Wait()
+		err = errors.Join(s.loopErr, s.cfg.Storage.Close())
+	})
+	return err
+}
+
+func (s *Server) loopDone() <-chan struct{} {
+	if s.grpcClient == nil { // never started
+		close(s.done)
+	}
+	return s.done
+}
+
+// loop owns the replica: every input goes through here, and after each one
+// the Ready is handled (persist, then send, then deliver).
+func (s *Server) loop() {
+	defer close(s.done)
+	ticker := time.NewTicker(s.cfg.Tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.stop:
+			s.failWaiting()
+			return
+		case <-ticker.C:
+			s.rep.Tick()
+		case m := <-s.inbound:
+			if err := s.rep.Step(m); err != nil {
+				s.log.Debug("peer message refused", "from", m.From, "type", m.Type, "err", err)
+			}
+		case req := <-s.submit:
+			s.nextSeq++
+			req.cr.Seq = s.nextSeq
+			err := s.rep.Submit(req.cr)
+			if err == nil && req.cr.Want != 0 {
+				s.waiting[req.cr.Seq] = req
+			}
+			req.err <- err
+		case reply := <-s.status:
+			reply <- s.statusReply()
+		}
+		if err := s.handleReady(); err != nil {
+			s.loopErr = err
+			s.log.Error("replica failed; stopping", "err", err)
+			s.failWaiting()
+			// Keep draining stop so Stop returns; refuse everything else.
+			<-s.stop
+			return
+		}
+	}
+}
+
+func (s *Server) handleReady() error {
+	for s.rep.HasReady() {
+		rd, err := s.rep.Ready()
+		if err != nil {
+			return err
+		}
+		if err := s.cfg.Storage.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.Persist); err != nil {
+			return fmt.Errorf("server: persisting: %w", err)
+		}
+		for _, m := range rd.Messages {
+			if p := s.peers[m.To]; p != nil {
+				p.enqueue(m)
+			}
+		}
+		for _, v := range rd.Views {
+			req := s.waiting[v.Seq]
+			if req == nil {
+				continue
+			}
+			req.views <- v // buffered for every view it can get
+			if v.Stable || req.cr.Want&replica.WantStable == 0 || (req.cr.Op.ReadOnly() && !req.cr.Strong) {
+				delete(s.waiting, v.Seq)
+				close(req.views)
+			}
+		}
+		s.rep.Advance(rd)
+	}
+	return nil
+}
+
+// failWaiting ends every waiting request's stream.
+func (s *Server) failWaiting() {
+	for seq, req := range s.waiting {
+		close(req.views)
+		delete(s.waiting, seq)
+	}
+}
+
+func (s *Server) statusReply() *api.StatusReply {
+	return &api.StatusReply{
+		Id: s.cfg.ID, Leader: s.rep.Leader(), AppliedIndex: s.rep.Stamp().AppliedIndex,
+		CommittedOps: uint64(len(s.rep.Committed())), TentativeOps: uint64(len(s.rep.Tentative())),
+		Vv: map[uint64]uint64(s.rep.Stamp().VV),
+	}
+}
+
+// maxMessage bounds a gRPC message: the largest value plus headroom.
+const maxMessage = 8 << 20
+
+// Invoke implements api.StoreServer.
+func (s *Server) Invoke(in *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {
+	err := s.invoke(stream.Context(), in, stream.Send)
+	return toStatus(err)
+}
+
+func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*api.ViewReply) error) error {
+	op, err := opFromAPI(in.GetOp())
+	if err != nil {
+		return err
+	}
+	var want replica.Want
+	if in.GetPreliminary() {
+		want |= replica.WantTentative
+	}
+	if in.GetFinal() {
+		want |= replica.WantStable
+	}
+	if want == 0 {
+		return fmt.Errorf("%w: ask for the preliminary view, the final view, or both", ErrInvalidRequest)
+	}
+	if in.GetFinal() && !in.GetStrong() && op.ReadOnly() {
+		return fmt.Errorf("%w: a weak read has no final view; ask for a strong read", ErrInvalidRequest)
+	}
+	select {
+	case s.inflight <- struct{}{}:
+		defer func() { <-s.inflight }()
+	default:
+		return ErrOverloaded
+	}
+	req := &request{
+		cr:    replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
+		views: make(chan replica.View, 2),
+		err:   make(chan error, 1),
+	}
+	start := time.Now()
+	select {
+	case s.submit <- req:
+	case <-s.stop:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.err:
+		if err != nil {
+			return err
+		}
+	case <-s.done:
+		return ErrStopped
+	}
+	var prelim *replica.View
+	for {
+		select {
+		case v, ok := <-req.views:
+			if !ok {
+				return ErrStopped
+			}
+			s.cfg.Metrics.observeView(in.GetStrong(), v, prelim, time.Since(start))
+			if err := send(viewToAPI(v)); err != nil {
+				return err
+			}
+			if v.Stable || want&replica.WantStable == 0 {
+				return nil
+			}
+			prelim = &v
+		case <-ctx.Done():
+			// The client went away; the loop drops the request when its
+			// final view comes (the channel is buffered for it).
+			return ctx.Err()
+		case <-s.done:
+			return ErrStopped
+		}
+	}
+}
+
+// Status implements api.StoreServer.
+func (s *Server) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusReply, error) {
+	reply := make(chan *api.StatusReply, 1)
+	select {
+	case s.status <- reply:
+	case <-s.done:
+		return nil, toStatus(ErrStopped)
+	case <-ctx.Done():
+		return nil, toStatus(ctx.Err())
+	}
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-s.done:
+		return nil, toStatus(ErrStopped)
+	}
+}

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/replica"
+)
+
+// memStorage is an in-memory Storage for unit tests of the loop; the
+// end-to-end tests run on internal/storage (Pebble).
+type memStorage struct {
+	*raft.MemoryStorage
+	own []*replica.Req
+}
+
+func (m *memStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
+	if snap != nil && !raft.IsEmptySnap(snap) {
+		if err := m.ApplySnapshot(snap); err != nil {
+			return err
+		}
+	}
+	if hs != nil && !raft.IsEmptyHardState(hs) {
+		if err := m.SetHardState(proto.Clone(hs).(*raftpb.HardState)); err != nil {
+			return err
+		}
+	}
+	if err := m.Append(ents); err != nil {
+		return err
+	}
+	m.own = append(m.own, own...)
+	return nil
+}
+func (m *memStorage) OwnOps() ([]*replica.Req, error) { return m.own, nil }
+func (m *memStorage) Close() error                    { return nil }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startCluster starts n servers on loopback, each serving clients and peers
+// on one address.
+func startCluster(t *testing.T, n int, mk func(id uint64) Storage) []*Server {
+	t.Helper()
+	peers := map[uint64]string{}
+	for i := 1; i <= n; i++ {
+		peers[uint64(i)] = freeAddr(t)
+	}
+	var servers []*Server
+	for i := 1; i <= n; i++ {
+		id := uint64(i)
+		s, err := New(Config{
+			ID: id, Peers: peers, ClientAddr: peers[id], PeerAddr: peers[id], Storage: mk(id),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Seed: uint64(i),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, s)
+	}
+	t.Cleanup(func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	})
+	return servers
+}
+
+func dial(t *testing.T, addr string) api.StoreClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return api.NewStoreClient(conn)
+}
+
+func invoke(ctx context.Context, c api.StoreClient, req *api.InvokeRequest) ([]*api.ViewReply, error) {
+	st, err := c.Invoke(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var views []*api.ViewReply
+	for {
+		v, err := st.Recv()
+		if err == io.EOF {
+			return views, nil
+		}
+		if err != nil {
+			return views, err
+		}
+		views = append(views, v)
+	}
+}
+
+func put(k, v string) *api.Op {
+	return &api.Op{Kind: api.Kind_KIND_PUT, Key: k, Value: []byte(v)}
+}
+
+func TestInvokeTwoViews(t *testing.T) {
+	servers := startCluster(t, 3, func(uint64) Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dial(t, servers[1].ClientAddr())
+	views, err := invoke(ctx, c, &api.InvokeRequest{Op: put("k", "v1"), Preliminary: true, Final: true, Strong: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(views) != 2 || views[0].GetFinal() || !views[1].GetFinal() {
+		t.Fatalf("want preliminary then final, got %v", views)
+	}
+	// The put found no previous value both times: the final confirms.
+	if !views[1].GetConfirmed() || views[1].GetResult() != nil {
+		t.Fatalf("final should be a payload-free confirmation, got %v", views[1])
+	}
+	// A strong read anywhere sees it.
+	views, err = invoke(ctx, dial(t, servers[2].ClientAddr()), &api.InvokeRequest{
+		Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Final: true, Strong: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(views) != 1 || string(views[0].GetResult().GetValue()) != "v1" {
+		t.Fatalf("strong read: %v", views)
+	}
+}
+
+func TestInvokeBadRequests(t *testing.T) {
+	servers := startCluster(t, 1, func(uint64) Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dial(t, servers[0].ClientAddr())
+	for _, tc := range []struct {
+		name string
+		req  *api.InvokeRequest
+	}{
+		{"no op", &api.InvokeRequest{Preliminary: true}},
+		{"unknown kind", &api.InvokeRequest{Op: &api.Op{Kind: 99, Key: "k"}, Preliminary: true}},
+		{"unspecified kind", &api.InvokeRequest{Op: &api.Op{Key: "k"}, Preliminary: true}},
+		{"no view asked", &api.InvokeRequest{Op: put("k", "v")}},
+		{"weak read final", &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Final: true}},
+		{"oversized value", &api.InvokeRequest{Op: put("k", string(make([]byte, 2<<20))), Preliminary: true}},
+		{"oversized key", &api.InvokeRequest{Op: put(string(make([]byte, 5000)), "v"), Preliminary: true}},
+		{"put without value field use", &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k", Delta: 3}, Preliminary: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := invoke(ctx, c, tc.req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("want InvalidArgument, got %v", err)
+			}
+		})
+	}
+	// Nothing changed: the key does not exist.
+	views, err := invoke(ctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_SCAN}, Final: true, Strong: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(views[0].GetResult().GetItems()); n != 0 {
+		t.Fatalf("bad requests changed the state: %d keys", n)
+	}
+}
+
+var _ = fmt.Sprint
