@@ -1,0 +1,79 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Options configures a Store. EnsureDefaults fills the zero fields; Validate
+// rejects what cannot work.
+type Options struct {
+	// Dir is the data directory; it is created if missing. Required.
+	Dir string
+	// FS is the filesystem Pebble writes through. Default vfs.Default; tests
+	// use vfs.NewCrashableMem and errorfs.
+	FS vfs.FS
+	// NoSync skips the fsync of every write. For tests and benchmarks only:
+	// with NoSync a crash may lose writes whose call returned nil.
+	NoSync bool
+	// Logger receives Pebble's log and the Store's own. Default slog.Default.
+	Logger *slog.Logger
+	// TailCacheEntries and TailCacheBytes bound the in-memory copy of the
+	// end of the log (entries are counted by their encoded size). Defaults
+	// 1024 entries and 4 MiB; a negative value disables the cache.
+	TailCacheEntries int
+	TailCacheBytes   int
+	// CacheSize is Pebble's block cache in bytes. Default 8 MiB.
+	CacheSize int64
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.TailCacheEntries == 0 {
+		o.TailCacheEntries = 1024
+	}
+	if o.TailCacheBytes == 0 {
+		o.TailCacheBytes = 4 << 20
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = 8 << 20
+	}
+}
+
+// Validate reports options that cannot work. Call it after EnsureDefaults.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("Dir is required"))
+	}
+	if o.FS == nil {
+		errs = append(errs, errors.New("FS is required"))
+	}
+	if o.Logger == nil {
+		errs = append(errs, errors.New("Logger is required"))
+	}
+	if o.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("CacheSize %d is negative", o.CacheSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("storage: options: %w", err)
+	}
+	return nil
+}
+
+// cacheLimits returns the tail cache bounds, zero when disabled.
+func (o Options) cacheLimits() (entries, bytes int) {
+	if o.TailCacheEntries < 0 || o.TailCacheBytes < 0 {
+		return 0, 0
+	}
+	return o.TailCacheEntries, o.TailCacheBytes
+}

@@ -1,0 +1,768 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/internal/replica"
+)
+
+// Errors of the Store besides raft's (raft.ErrCompacted, raft.ErrUnavailable,
+// raft.ErrSnapOutOfDate), which it returns as raft.MemoryStorage does.
+var (
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("storage: closed")
+	// ErrFailed wraps the cause of a failed write. Once a write failed,
+	// every method returns it: Close the Store and Open it again.
+	ErrFailed = errors.New("storage: failed after a write error; reopen to recover")
+	// ErrCorrupt means the data on disk is not what this package writes.
+	ErrCorrupt = errors.New("storage: corrupt data")
+	// ErrFormat means the data directory has a layout version this code does
+	// not know.
+	ErrFormat = errors.New("storage: unknown format version")
+	// ErrInvalid means an argument breaks the contract (a gap in the log, an
+	// index past the end); nothing was written.
+	ErrInvalid = errors.New("storage: invalid argument")
+)
+
+// Store is a replica's durable storage. It implements raft.Storage. All
+// methods are safe for concurrent use; each holds the Store's lock, so a
+// reader waits for a Save in progress.
+type Store struct {
+	opts Options
+	db   *pebble.DB
+	wo   *pebble.WriteOptions
+
+	mu sync.Mutex
+	// err is sticky: ErrClosed after Close, ErrFailed after a failed write.
+	err error
+	// The caches below reflect exactly what committed.
+	hs       *raftpb.HardState // nil until one was saved
+	trunc    truncated
+	last     uint64
+	snapMeta *raftpb.SnapshotMetadata // never nil; Index 0 means no snapshot
+	// tail holds the entries (tail[0].Index, last], contiguous, or nothing.
+	// Entries returned from it are capped with a full slice expression and
+	// an overwrite copies the slice, so callers never see it change.
+	tail      []*raftpb.Entry
+	tailBytes int
+}
+
+var _ raft.Storage = (*Store)(nil)
+
+// Open opens the Store in opts.Dir, creating it if needed, and restores the
+// hard state, log, snapshot and own operations that were saved.
+func Open(opts Options) (*Store, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opts.FS.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: create %s: %w", opts.Dir, err)
+	}
+	db, err := pebble.Open(opts.Dir, &pebble.Options{
+		FS:        opts.FS,
+		Logger:    pebbleLogger{opts.Logger},
+		CacheSize: opts.CacheSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
+	}
+	s := &Store{opts: opts, db: db, wo: pebble.Sync}
+	if opts.NoSync {
+		s.wo = pebble.NoSync
+	}
+	if err := s.load(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	opts.Logger.Debug("storage: opened", "dir", opts.Dir, "first", s.trunc.Index+1,
+		"last", s.last, "snapshot", s.snapMeta.GetIndex())
+	return s, nil
+}
+
+// load fills the caches from Pebble; a fresh directory gets its version key.
+func (s *Store) load() error {
+	v, ok, err := s.get(keyVersion)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		if err := s.db.Set(keyVersion, binary.BigEndian.AppendUint64(nil, formatVersion), pebble.Sync); err != nil {
+			return fmt.Errorf("storage: write format version: %w", err)
+		}
+	case len(v) != 8:
+		return fmt.Errorf("%w: version of %d bytes", ErrCorrupt, len(v))
+	case binary.BigEndian.Uint64(v) != formatVersion:
+		return fmt.Errorf("%w: %d (this code reads %d)", ErrFormat, binary.BigEndian.Uint64(v), formatVersion)
+	}
+
+	if v, ok, err := s.get(keyHardState); err != nil {
+		return err
+	} else if ok {
+		s.hs = new(raftpb.HardState)
+		if err := proto.Unmarshal(v, s.hs); err != nil {
+			return fmt.Errorf("%w: hard state: %w", ErrCorrupt, err)
+		}
+	}
+	if v, ok, err := s.get(keyTruncated); err != nil {
+		return err
+	} else if ok {
+		if s.trunc, err = decodeTruncated(v); err != nil {
+			return err
+		}
+	}
+	s.snapMeta = raftpb.EnsureSnapshotMetadata(nil)
+	if v, ok, err := s.get(keySnapshot); err != nil {
+		return err
+	} else if ok {
+		snap := new(raftpb.Snapshot)
+		if err := proto.Unmarshal(v, snap); err != nil {
+			return fmt.Errorf("%w: snapshot: %w", ErrCorrupt, err)
+		}
+		s.snapMeta = raftpb.EnsureSnapshot(snap).GetMetadata()
+	}
+
+	// The log is (trunc.Index, last]: check both ends.
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(0), UpperBound: logEnd()})
+	if err != nil {
+		return fmt.Errorf("storage: read log: %w", err)
+	}
+	defer it.Close()
+	s.last = s.trunc.Index
+	if it.Last() {
+		if s.last, err = decodeIndexedKey(prefixLog, it.Key()); err != nil {
+			return err
+		}
+		it.First()
+		first, err := decodeIndexedKey(prefixLog, it.Key())
+		if err != nil {
+			return err
+		}
+		if first != s.trunc.Index+1 || s.last < first {
+			return fmt.Errorf("%w: log [%d, %d] after truncated index %d", ErrCorrupt, first, s.last, s.trunc.Index)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("storage: read log: %w", err)
+	}
+	return nil
+}
+
+// get returns a copy of the value at key.
+func (s *Store) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("storage: get %q: %w", key, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// Close closes the Store. Later calls return ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if errors.Is(s.err, ErrClosed) {
+		return ErrClosed
+	}
+	s.err = ErrClosed
+	s.tail = nil
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("storage: close: %w", err)
+	}
+	return nil
+}
+
+// InitialState implements raft.Storage: the saved hard state (nil if none
+// was saved) and the ConfState of the latest snapshot.
+func (s *Store) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, nil, s.err
+	}
+	var hs *raftpb.HardState
+	if s.hs != nil {
+		hs = proto.Clone(s.hs).(*raftpb.HardState)
+	}
+	return hs, s.confState(), nil
+}
+
+// ConfState returns the ConfState of the latest snapshot (empty if none).
+func (s *Store) ConfState() (*raftpb.ConfState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s.confState(), nil
+}
+
+func (s *Store) confState() *raftpb.ConfState {
+	return raftpb.EnsureConfState(proto.Clone(s.snapMeta.GetConfState()).(*raftpb.ConfState))
+}
+
+// HardState returns the saved hard state, nil if none was saved.
+func (s *Store) HardState() (*raftpb.HardState, error) {
+	hs, _, err := s.InitialState()
+	return hs, err
+}
+
+// FirstIndex implements raft.Storage.
+func (s *Store) FirstIndex() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0, s.err
+	}
+	return s.trunc.Index + 1, nil
+}
+
+// LastIndex implements raft.Storage.
+func (s *Store) LastIndex() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0, s.err
+	}
+	return s.last, nil
+}
+
+// Term implements raft.Storage: the term of entry i for i in
+// [FirstIndex()-1, LastIndex()], ErrCompacted below and ErrUnavailable above.
+func (s *Store) Term(i uint64) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0, s.err
+	}
+	return s.term(i)
+}
+
+func (s *Store) term(i uint64) (uint64, error) {
+	switch {
+	case i < s.trunc.Index:
+		return 0, raft.ErrCompacted
+	case i == s.trunc.Index:
+		return s.trunc.Term, nil
+	case i > s.last:
+		return 0, raft.ErrUnavailable
+	}
+	if len(s.tail) > 0 && i >= s.tail[0].GetIndex() {
+		return s.tail[i-s.tail[0].GetIndex()].GetTerm(), nil
+	}
+	v, ok, err := s.get(logKey(i))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: entry %d missing from log (%d, %d]", ErrCorrupt, i, s.trunc.Index, s.last)
+	}
+	var e raftpb.Entry
+	if err := proto.Unmarshal(v, &e); err != nil {
+		return 0, fmt.Errorf("%w: entry %d: %w", ErrCorrupt, i, err)
+	}
+	return e.GetTerm(), nil
+}
+
+// Entries implements raft.Storage: the entries [lo, hi), at least one and
+// then as many as fit in maxSize bytes (protobuf size). ErrCompacted if lo
+// was compacted; ErrUnavailable if the log holds no entries. Where
+// raft.MemoryStorage panics (hi past LastIndex()+1, lo > hi) it returns an
+// error wrapping ErrInvalid and raft.ErrUnavailable.
+func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	if lo <= s.trunc.Index {
+		return nil, raft.ErrCompacted
+	}
+	if hi > s.last+1 || lo > hi {
+		return nil, fmt.Errorf("%w: entries [%d, %d) out of bounds, last index %d: %w", ErrInvalid, lo, hi, s.last, raft.ErrUnavailable)
+	}
+	if s.last == s.trunc.Index {
+		return nil, raft.ErrUnavailable
+	}
+	if lo == hi {
+		return []*raftpb.Entry{}, nil
+	}
+
+	tailFirst := uint64(math.MaxUint64)
+	if len(s.tail) > 0 {
+		tailFirst = s.tail[0].GetIndex()
+	}
+	if lo >= tailFirst {
+		ents := limitSize(s.tail[lo-tailFirst:hi-tailFirst], maxSize)
+		return ents[:len(ents):len(ents)], nil
+	}
+
+	// Read [lo, min(hi, tailFirst)) from Pebble, then go on in the tail.
+	var (
+		ents []*raftpb.Entry
+		size uint64
+	)
+	full := func(e *raftpb.Entry) bool {
+		size += uint64(proto.Size(e))
+		return len(ents) > 0 && size > maxSize
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(lo), UpperBound: logKey(min(hi, tailFirst))})
+	if err != nil {
+		return nil, fmt.Errorf("storage: read log: %w", err)
+	}
+	next := lo
+	for ok := it.First(); ok; ok = it.Next() {
+		e := new(raftpb.Entry)
+		if err := proto.Unmarshal(it.Value(), e); err != nil {
+			it.Close()
+			return nil, fmt.Errorf("%w: entry %d: %w", ErrCorrupt, next, err)
+		}
+		if e.GetIndex() != next {
+			it.Close()
+			return nil, fmt.Errorf("%w: entry %d found at index %d", ErrCorrupt, e.GetIndex(), next)
+		}
+		if full(e) {
+			return ents, it.Close()
+		}
+		ents = append(ents, e)
+		next++
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, fmt.Errorf("storage: read log: %w", err)
+	}
+	if next != min(hi, tailFirst) {
+		return nil, fmt.Errorf("%w: log ends at %d, want %d", ErrCorrupt, next, min(hi, tailFirst))
+	}
+	for ; next < hi; next++ {
+		e := s.tail[next-tailFirst]
+		if full(e) {
+			break
+		}
+		ents = append(ents, e)
+	}
+	return ents, nil
+}
+
+// limitSize returns the longest prefix of ents of at most maxSize bytes, and
+// at least one entry: raft's rule.
+func limitSize(ents []*raftpb.Entry, maxSize uint64) []*raftpb.Entry {
+	if len(ents) == 0 {
+		return ents
+	}
+	size := uint64(proto.Size(ents[0]))
+	for n := 1; n < len(ents); n++ {
+		size += uint64(proto.Size(ents[n]))
+		if size > maxSize {
+			return ents[:n]
+		}
+	}
+	return ents
+}
+
+// Snapshot implements raft.Storage: the latest snapshot, or an empty one.
+func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	if s.snapMeta.GetIndex() == 0 {
+		return raftpb.EnsureSnapshot(nil), nil
+	}
+	v, ok, err := s.get(keySnapshot)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: snapshot %d missing", ErrCorrupt, s.snapMeta.GetIndex())
+	}
+	snap := new(raftpb.Snapshot)
+	if err := proto.Unmarshal(v, snap); err != nil {
+		return nil, fmt.Errorf("%w: snapshot: %w", ErrCorrupt, err)
+	}
+	return raftpb.EnsureSnapshot(snap), nil
+}
+
+// Save persists one Ready in one atomic batch, fsynced unless
+// Options.NoSync: the hard state (if non-nil and not empty), a snapshot (if
+// non-nil and not empty: it replaces the whole log, like
+// raft.MemoryStorage.ApplySnapshot), then the entries (like
+// raft.MemoryStorage.Append: entries at or below the compaction point are
+// skipped and a conflicting suffix of the log is dropped), and the replica's
+// own new operations. When Save returns nil all of it is durable. A bad
+// argument (an old snapshot, entries that leave a gap) returns an error and
+// writes nothing; a failed write fails the Store (see ErrFailed).
+func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+
+	trunc, last, snapMeta := s.trunc, s.last, s.snapMeta
+	resetTail := false
+	if snap != nil && !raft.IsEmptySnap(snap) {
+		snap = raftpb.EnsureSnapshot(proto.Clone(snap).(*raftpb.Snapshot))
+		idx := snap.GetMetadata().GetIndex()
+		if cur := s.snapMeta.GetIndex(); cur != 0 && cur >= idx {
+			return raft.ErrSnapOutOfDate
+		}
+		if err := b.Set(keySnapshot, marshal(snap), nil); err != nil {
+			return err
+		}
+		if err := b.DeleteRange(logKey(0), logEnd(), nil); err != nil {
+			return err
+		}
+		trunc = truncated{Index: idx, Term: snap.GetMetadata().GetTerm()}
+		if err := b.Set(keyTruncated, trunc.encode(), nil); err != nil {
+			return err
+		}
+		last, snapMeta, resetTail = idx, snap.GetMetadata(), true
+	}
+
+	if len(ents) > 0 {
+		for k, e := range ents {
+			if e.GetIndex() != ents[0].GetIndex()+uint64(k) {
+				return fmt.Errorf("%w: entry %d at position %d after index %d", ErrInvalid, e.GetIndex(), k, ents[0].GetIndex())
+			}
+		}
+		first := trunc.Index + 1
+		if newLast := ents[0].GetIndex() + uint64(len(ents)) - 1; newLast < first {
+			ents = nil // all compacted already
+		} else {
+			if first > ents[0].GetIndex() {
+				ents = ents[first-ents[0].GetIndex():]
+			}
+			if e0 := ents[0].GetIndex(); e0 > last+1 {
+				return fmt.Errorf("%w: missing log entry [last: %d, append at: %d]", ErrInvalid, last, e0)
+			}
+			for _, e := range ents {
+				if err := b.Set(logKey(e.GetIndex()), marshal(e), nil); err != nil {
+					return err
+				}
+			}
+			// Drop the conflicting suffix past the new end.
+			if newLast < last {
+				if err := deleteLog(b, newLast+1, last+1); err != nil {
+					return err
+				}
+			}
+			last = newLast
+		}
+	}
+
+	var newHS *raftpb.HardState
+	if hs != nil && !raft.IsEmptyHardState(hs) {
+		newHS = proto.Clone(hs).(*raftpb.HardState)
+		if err := b.Set(keyHardState, marshal(newHS), nil); err != nil {
+			return err
+		}
+	}
+	for _, q := range own {
+		if q == nil || q.ID.Seq == 0 {
+			return fmt.Errorf("%w: own operation without a sequence number", ErrInvalid)
+		}
+		if err := b.Set(ownKey(q.ID.Seq), replica.AppendReq(nil, q), nil); err != nil {
+			return err
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := s.commit(b); err != nil {
+		return err
+	}
+
+	// Committed: now the caches follow.
+	if newHS != nil {
+		s.hs = newHS
+	}
+	if resetTail {
+		s.tail, s.tailBytes = nil, 0
+	}
+	s.trunc, s.last, s.snapMeta = trunc, last, snapMeta
+	s.appendTail(ents)
+	return nil
+}
+
+// deleteLog deletes the log entries [from, to): point deletes for a few,
+// one range deletion for many (range tombstones cost every later read).
+func deleteLog(b *pebble.Batch, from, to uint64) error {
+	if to-from > 64 {
+		return b.DeleteRange(logKey(from), logKey(to), nil)
+	}
+	for i := from; i < to; i++ {
+		if err := b.Delete(logKey(i), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendTail puts the entries just written (contiguous, ending at s.last)
+// into the tail cache and trims it to its bounds.
+func (s *Store) appendTail(ents []*raftpb.Entry) {
+	maxEntries, maxBytes := s.opts.cacheLimits()
+	if maxEntries == 0 || len(ents) == 0 {
+		return
+	}
+	e0 := ents[0].GetIndex()
+	keep := 0
+	if len(s.tail) > 0 && e0 > s.tail[0].GetIndex() {
+		keep = int(e0 - s.tail[0].GetIndex())
+	}
+	for _, e := range s.tail[keep:] {
+		s.tailBytes -= proto.Size(e)
+	}
+	if keep == len(s.tail) {
+		s.tail = append(s.tail, ents...)
+	} else {
+		// Overwrite: copy, since callers may hold slices of the old tail.
+		s.tail = append(s.tail[:keep:keep], ents...)
+	}
+	for _, e := range ents {
+		s.tailBytes += proto.Size(e)
+	}
+	s.trimTail(maxEntries, maxBytes)
+}
+
+func (s *Store) trimTail(maxEntries, maxBytes int) {
+	drop := 0
+	for len(s.tail)-drop > maxEntries || (s.tailBytes > maxBytes && drop < len(s.tail)) {
+		s.tailBytes -= proto.Size(s.tail[drop])
+		drop++
+	}
+	if drop > 0 {
+		s.tail = s.tail[drop:]
+	}
+	if len(s.tail) == 0 {
+		s.tail, s.tailBytes = nil, 0
+	}
+}
+
+// CreateSnapshot records a snapshot of the application state at index
+// (data is opaque to the Store), with cs as its ConfState (nil keeps the
+// previous one). Like raft.MemoryStorage.CreateSnapshot it returns
+// raft.ErrSnapOutOfDate if index is not past the current snapshot; an index
+// past LastIndex, or compacted away, is an error wrapping ErrInvalid.
+// It does not compact the log: call Compact.
+func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	if index <= s.snapMeta.GetIndex() {
+		return nil, raft.ErrSnapOutOfDate
+	}
+	if index > s.last || index < s.trunc.Index {
+		return nil, fmt.Errorf("%w: snapshot at %d outside log [%d, %d]", ErrInvalid, index, s.trunc.Index, s.last)
+	}
+	term, err := s.term(index)
+	if err != nil {
+		return nil, err
+	}
+	if cs == nil {
+		cs = s.snapMeta.GetConfState()
+	}
+	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
+		Data: data,
+		Metadata: &raftpb.SnapshotMetadata{
+			Index:     proto.Uint64(index),
+			Term:      proto.Uint64(term),
+			ConfState: proto.Clone(cs).(*raftpb.ConfState),
+		},
+	})
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(keySnapshot, marshal(snap), nil); err != nil {
+		return nil, err
+	}
+	if err := s.commit(b); err != nil {
+		return nil, err
+	}
+	s.snapMeta = snap.GetMetadata()
+	return proto.Clone(snap).(*raftpb.Snapshot), nil
+}
+
+// Compact drops the log entries before index, keeping the term of the entry
+// at index for raft's matching, like raft.MemoryStorage.Compact: it returns
+// raft.ErrCompacted if index is at or before the compaction point, and an
+// error wrapping ErrInvalid past LastIndex.
+func (s *Store) Compact(index uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if index <= s.trunc.Index {
+		return raft.ErrCompacted
+	}
+	if index > s.last {
+		return fmt.Errorf("%w: compact %d past last index %d", ErrInvalid, index, s.last)
+	}
+	term, err := s.term(index)
+	if err != nil {
+		return err
+	}
+	trunc := truncated{Index: index, Term: term}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(logKey(s.trunc.Index+1), logKey(index+1), nil); err != nil {
+		return err
+	}
+	if err := b.Set(keyTruncated, trunc.encode(), nil); err != nil {
+		return err
+	}
+	if err := s.commit(b); err != nil {
+		return err
+	}
+	s.trunc = trunc
+	drop := 0
+	for drop < len(s.tail) && s.tail[drop].GetIndex() <= index {
+		s.tailBytes -= proto.Size(s.tail[drop])
+		drop++
+	}
+	s.tail = s.tail[drop:]
+	return nil
+}
+
+// OwnOps returns the persisted own operations in sequence order.
+func (s *Store) OwnOps() ([]*replica.Req, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: ownKey(0), UpperBound: ownEnd()})
+	if err != nil {
+		return nil, fmt.Errorf("storage: read own operations: %w", err)
+	}
+	var ops []*replica.Req
+	for ok := it.First(); ok; ok = it.Next() {
+		seq, err := decodeIndexedKey(prefixOwn, it.Key())
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		q, rest, err := replica.DecodeReq(it.Value())
+		if err == nil && (len(rest) != 0 || q.ID.Seq != seq) {
+			err = fmt.Errorf("%d trailing bytes, sequence %d", len(rest), q.ID.Seq)
+		}
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("%w: own operation %d: %w", ErrCorrupt, seq, err)
+		}
+		ops = append(ops, q)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, fmt.Errorf("storage: read own operations: %w", err)
+	}
+	return ops, nil
+}
+
+// TruncateOwn drops the own operations with sequence numbers up to upTo,
+// once they are known to be replicated.
+func (s *Store) TruncateOwn(upTo uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	end := ownEnd()
+	if upTo < math.MaxUint64 {
+		end = ownKey(upTo + 1)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(ownKey(0), end, nil); err != nil {
+		return err
+	}
+	return s.commit(b)
+}
+
+// Metrics returns Pebble's metrics, for monitoring.
+func (s *Store) Metrics() (*pebble.Metrics, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s.db.Metrics(), nil
+}
+
+// commit commits b and fails the Store if that does not succeed. Pebble
+// reports a failed commit through Logger.Fatalf, which pebbleLogger turns
+// into a panic that ends here.
+func (s *Store) commit(b *pebble.Batch) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = fe
+		}
+		if err != nil {
+			s.err = fmt.Errorf("%w: %w", ErrFailed, err)
+			s.tail, s.tailBytes = nil, 0
+			s.opts.Logger.Error("storage: write failed; the store refuses all calls until reopened", "err", err)
+			err = s.err
+		}
+	}()
+	return b.Commit(s.wo)
+}
+
+func marshal(m proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		// Only a message with missing required fields fails; raftpb has none.
+		panic(fmt.Sprintf("storage: marshal %T: %v", m, err))
+	}
+	return b
+}
+
+// fatalError is what pebbleLogger.Fatalf panics with.
+type fatalError struct{ msg string }
+
+func (e fatalError) Error() string { return e.msg }
+
+// pebbleLogger routes Pebble's log to slog. Pebble calls Fatalf when it
+// cannot go on (a failed WAL write or sync) and must not continue after it:
+// instead of exiting the process, Fatalf panics, Store.commit recovers the
+// panic on the writer's goroutine and fails the Store. On Pebble's
+// background goroutines the panic ends the process, as Fatalf would.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble", "fatal", true)
+	panic(fatalError{msg})
+}
+
+var _ io.Closer = (*Store)(nil)
