@@ -1,0 +1,228 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/client"
+	"github.com/correctables/correctables/correctable"
+)
+
+// fakeStore is a test double of a replica's Store service: it answers every
+// Invoke with the views its fields script. The real server is
+// internal/server; this one checks the client's side of the protocol only.
+type fakeStore struct {
+	api.UnimplementedStoreServer
+	id uint64
+	// delay is added to every RPC (Status and Invoke), before anything else.
+	delay time.Duration
+	// gate, if set, holds every Invoke until it is closed (or the call
+	// ends), so that a test can attach to the Correctable first.
+	gate chan struct{}
+	// prelim is the preliminary view's result; final the final view's, or
+	// nil for a confirmation.
+	prelim, final *api.Result
+	// fail, if set, is returned by Invoke before any reply.
+	fail error
+	// script, if set, replaces the replies above.
+	script func(*api.InvokeRequest, grpc.ServerStreamingServer[api.ViewReply]) error
+	// statusFail makes Status fail while set.
+	statusFail atomic.Bool
+
+	mu       sync.Mutex
+	reqs     []*api.InvokeRequest
+	sent     []*api.ViewReply
+	statuses int
+}
+
+var testStamp = &api.Stamp{Replica: 7, AppliedIndex: 11, CommittedCount: 5, Vv: map[uint64]uint64{1: 3, 2: 4}, StableTime: 99}
+
+func (f *fakeStore) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusReply, error) {
+	if err := sleep(ctx, f.delay); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.statuses++
+	f.mu.Unlock()
+	if f.statusFail.Load() {
+		return nil, errUnavailable
+	}
+	return &api.StatusReply{Id: f.id}, nil
+}
+
+func (f *fakeStore) Invoke(req *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {
+	ctx := stream.Context()
+	if err := sleep(ctx, f.delay); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.reqs = append(f.reqs, req)
+	f.mu.Unlock()
+	if f.gate != nil {
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if f.fail != nil {
+		return f.fail
+	}
+	if f.script != nil {
+		return f.script(req, stream)
+	}
+	send := func(r *api.ViewReply) error {
+		f.mu.Lock()
+		f.sent = append(f.sent, r)
+		f.mu.Unlock()
+		return stream.Send(r)
+	}
+	id := &api.OpID{Origin: f.id, Seq: 1}
+	if req.GetPreliminary() {
+		if err := send(&api.ViewReply{Final: !req.GetFinal(), Result: f.prelim, Id: id, Stamp: testStamp}); err != nil {
+			return err
+		}
+	}
+	if !req.GetFinal() {
+		return nil
+	}
+	r := &api.ViewReply{Final: true, Result: f.final, Id: id, Stamp: testStamp}
+	if f.final == nil {
+		r.Confirmed = true
+	}
+	return send(r)
+}
+
+func (f *fakeStore) requests() []*api.InvokeRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*api.InvokeRequest(nil), f.reqs...)
+}
+
+func (f *fakeStore) replySizes() (n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.sent {
+		n += proto.Size(r)
+	}
+	return n
+}
+
+func (f *fakeStore) statusCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statuses
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// serve runs f on a loopback listener until the test ends, and returns its
+// address and server (to stop it early).
+func serve(t *testing.T, f *fakeStore) (string, *grpc.Server) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	api.RegisterStoreServer(s, f)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(lis) }()
+	t.Cleanup(func() { s.Stop(); <-done })
+	return lis.Addr().String(), s
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+// dial connects to addrs, probing only at Dial unless opts say otherwise,
+// and closes the client when the test ends.
+func dial(t *testing.T, addrs []string, opts ...client.Option) *client.Client {
+	t.Helper()
+	opts = append([]client.Option{client.WithProbeInterval(time.Hour), client.WithDialTimeout(5 * time.Second)}, opts...)
+	c, err := client.Dial(t.Context(), addrs, opts...)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
+}
+
+// record attaches to c and returns a function that waits for c to close
+// and returns every view it delivered and its error.
+func record(t *testing.T, c *correctable.Correctable[client.Result]) func() ([]correctable.View[client.Result], error) {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		views []correctable.View[client.Result]
+		err   error
+	)
+	done := make(chan struct{})
+	add := func(v correctable.View[client.Result]) {
+		mu.Lock()
+		views = append(views, v)
+		mu.Unlock()
+	}
+	c.SetCallbacks(correctable.Callbacks[client.Result]{
+		OnUpdate: add,
+		OnFinal:  func(v correctable.View[client.Result]) { add(v); close(done) },
+		OnError: func(e error) {
+			mu.Lock()
+			err = e
+			mu.Unlock()
+			close(done)
+		},
+	})
+	return func() ([]correctable.View[client.Result], error) {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Correctable did not close")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return views, err
+	}
+}
+
+// final waits for c's final view.
+func final(t *testing.T, c *correctable.Correctable[client.Result]) (correctable.View[client.Result], error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	return c.Final(ctx)
+}
