@@ -56,7 +56,7 @@ type Cluster struct {
 	// ClientRegion is the region Endpoints are seen from (with WAN).
 	ClientRegion string
 	Net          *netem.Network
-	opts    Options
+	opts         Options
 }
 
 // Start starts the cluster, recovering each replica from its directory.
