@@ -40,16 +40,20 @@ func TestViewSequences(t *testing.T) {
 		req    *api.InvokeRequest // without Op
 		views  []want
 	}{{
-		name:   "invoke, final differs",
-		final:  resB,
-		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] { return c.Invoke(ctx, client.Get("k")) },
-		req:    &api.InvokeRequest{Preliminary: true, Final: true, Strong: true},
-		views:  []want{{correctable.Eventual, "alpha", false}, {correctable.Strong, "beta", false}},
+		name:  "invoke, final differs",
+		final: resB,
+		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] {
+			return c.Invoke(ctx, client.Get("k"))
+		},
+		req:   &api.InvokeRequest{Preliminary: true, Final: true, Strong: true},
+		views: []want{{correctable.Eventual, "alpha", false}, {correctable.Strong, "beta", false}},
 	}, {
-		name:   "invoke, final confirms",
-		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] { return c.Get(ctx, "k") },
-		req:    &api.InvokeRequest{Preliminary: true, Final: true, Strong: true},
-		views:  []want{{correctable.Eventual, "alpha", false}, {correctable.Strong, "alpha", true}},
+		name: "invoke, final confirms",
+		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] {
+			return c.Get(ctx, "k")
+		},
+		req:   &api.InvokeRequest{Preliminary: true, Final: true, Strong: true},
+		views: []want{{correctable.Eventual, "alpha", false}, {correctable.Strong, "alpha", true}},
 	}, {
 		name:  "explicit levels",
 		final: resB,
@@ -59,15 +63,19 @@ func TestViewSequences(t *testing.T) {
 		req:   &api.InvokeRequest{Preliminary: true, Final: true, Strong: true},
 		views: []want{{correctable.Eventual, "alpha", false}, {correctable.Strong, "beta", false}},
 	}, {
-		name:   "weak",
-		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] { return c.InvokeWeak(ctx, client.Get("k")) },
-		req:    &api.InvokeRequest{Preliminary: true},
-		views:  []want{{correctable.Eventual, "alpha", false}},
+		name: "weak",
+		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] {
+			return c.InvokeWeak(ctx, client.Get("k"))
+		},
+		req:   &api.InvokeRequest{Preliminary: true},
+		views: []want{{correctable.Eventual, "alpha", false}},
 	}, {
-		name:   "weak by level",
-		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] { return c.Get(ctx, "k", correctable.Eventual) },
-		req:    &api.InvokeRequest{Preliminary: true},
-		views:  []want{{correctable.Eventual, "alpha", false}},
+		name: "weak by level",
+		invoke: func(ctx context.Context, c *client.Client) *correctable.Correctable[client.Result] {
+			return c.Get(ctx, "k", correctable.Eventual)
+		},
+		req:   &api.InvokeRequest{Preliminary: true},
+		views: []want{{correctable.Eventual, "alpha", false}},
 	}, {
 		name:  "strong",
 		final: resB,
@@ -274,7 +282,9 @@ func TestProtocolViolations(t *testing.T) {
 	}{{
 		name:   "confirmation without preliminary",
 		levels: []correctable.Level{correctable.Strong},
-		script: func(_ *api.InvokeRequest, s stream) error { return s.Send(&api.ViewReply{Final: true, Confirmed: true}) },
+		script: func(_ *api.InvokeRequest, s stream) error {
+			return s.Send(&api.ViewReply{Final: true, Confirmed: true})
+		},
 	}, {
 		name: "view without result",
 		script: func(_ *api.InvokeRequest, s stream) error {
