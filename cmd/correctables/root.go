@@ -12,6 +12,6 @@ nearest replica and a final, strongly consistent view after consensus.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCmd(), newUpCmd(), newInvokeCmd(), newGetCmd(), newPutCmd())
+	root.AddCommand(newDemoCmd(), newUpCmd(), newInvokeCmd(), newGetCmd(), newPutCmd(), newBenchCmd())
 	return root
 }

@@ -6,6 +6,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -210,4 +211,66 @@ func freeAddr(host string) (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// WaitLeader waits until every replica knows the same leader and returns it.
+func (c *Cluster) WaitLeader(ctx context.Context) (uint64, error) {
+	for {
+		var lead uint64
+		agree := true
+		for _, s := range c.Servers {
+			l, err := s.Leader(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if l == 0 || (lead != 0 && l != lead) {
+				agree = false
+			}
+			lead = l
+		}
+		if agree {
+			return lead, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("cluster: no leader: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// MoveLeader makes replica id the leader (raft leadership transfer) and
+// waits until every replica knows it.
+func (c *Cluster) MoveLeader(ctx context.Context, id uint64) error {
+	for {
+		lead, err := c.WaitLeader(ctx)
+		if err != nil {
+			return err
+		}
+		if lead == id {
+			return nil
+		}
+		if err := c.Servers[lead-1].TransferLeadership(ctx, id); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: moving leadership to %d: %w", id, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// RTT returns the emulated round-trip time between two replicas' regions, or
+// between the client region and a replica (from = 0); zero without a WAN.
+func (c *Cluster) RTT(from, to uint64) time.Duration {
+	if c.Net == nil {
+		return 0
+	}
+	a := c.ClientRegion
+	if from != 0 {
+		a = c.Regions[from-1]
+	}
+	d, _ := c.Net.Topology().RTT(a, c.Regions[to-1])
+	return d
 }

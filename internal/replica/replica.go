@@ -444,3 +444,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 
 // Stamp returns the replica's current stamp.
 func (r *Replica) Stamp() Stamp { return r.stamp() }
+
+// TransferLeadership asks raft to hand leadership to id (effective only on
+// the leader).
+func (r *Replica) TransferLeadership(id uint64) { r.node.TransferLeadership(id) }

@@ -123,6 +123,7 @@ type Server struct {
 	submit  chan *request
 	inbound chan replica.Message
 	status  chan chan *api.StatusReply
+	do      chan func(*replica.Replica)
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -169,6 +170,7 @@ func New(cfg Config) (*Server, error) {
 		submit:   make(chan *request, 1024),
 		inbound:  make(chan replica.Message, 4096),
 		status:   make(chan chan *api.StatusReply),
+		do:       make(chan func(*replica.Replica)),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		waiting:  map[uint64]*request{},
@@ -296,6 +298,8 @@ func (s *Server) loop() {
 			req.err <- err
 		case reply := <-s.status:
 			reply <- s.statusReply()
+		case f := <-s.do:
+			f(s.rep)
 		}
 		if err := s.handleReady(); err != nil {
 			s.loopErr = err
@@ -449,4 +453,35 @@ func (s *Server) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusR
 	case <-s.done:
 		return nil, toStatus(ErrStopped)
 	}
+}
+
+// exec runs f on the loop, with the replica.
+func (s *Server) exec(ctx context.Context, f func(*replica.Replica)) error {
+	done := make(chan struct{})
+	select {
+	case s.do <- func(r *replica.Replica) { f(r); close(done) }:
+	case <-s.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-s.done:
+		return ErrStopped
+	}
+}
+
+// Leader returns the leader this replica knows of (0 if none).
+func (s *Server) Leader(ctx context.Context) (uint64, error) {
+	var lead uint64
+	err := s.exec(ctx, func(r *replica.Replica) { lead = r.Leader() })
+	return lead, err
+}
+
+// TransferLeadership asks this replica, if it leads, to hand leadership to
+// id.
+func (s *Server) TransferLeadership(ctx context.Context, id uint64) error {
+	return s.exec(ctx, func(r *replica.Replica) { r.TransferLeadership(id) })
 }
