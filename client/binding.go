@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -110,15 +111,21 @@ func toLevelSet(ls []correctable.Level) (levelSet, error) {
 // one on Unavailable as long as that cannot run op twice: before any view
 // arrived, and, for an update, only if its request never left the client.
 func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result]) error {
+	start := time.Now()
 	c.stats.ops.Add(1)
-	err := c.run(ctx, op, levels, weak, emit)
+	tr := OpTrace{Op: op}
+	err := c.run(ctx, op, levels, weak, emit, &tr)
 	if err != nil && ctx.Err() == nil {
 		c.stats.failed.Add(1)
+	}
+	if c.cfg.trace != nil {
+		tr.Elapsed, tr.Err = time.Since(start), err
+		c.cfg.trace(tr)
 	}
 	return err
 }
 
-func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result]) error {
+func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result], tr *OpTrace) error {
 	if c.isClosed() {
 		return fmt.Errorf("client: %v: %w", op, ErrClosed)
 	}
@@ -138,7 +145,9 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 			c.stats.failovers.Add(1)
 			c.cfg.logger.Debug("client: failing over", "op", op, "endpoint", e.addr, "err", errs[len(errs)-1])
 		}
-		sent, viewed, err := c.invokeAt(ctx, e, req, ls, emit)
+		tr.Endpoint = e.addr
+		tr.Attempts++
+		sent, viewed, err := c.invokeAt(ctx, e, req, ls, emit, tr)
 		if err == nil {
 			return nil
 		}
@@ -161,13 +170,15 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 // invokeAt runs req at e and emits its views. It reports whether the
 // request left the client and whether any view arrived, so that the caller
 // knows whether trying elsewhere could run the operation twice.
-func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result]) (sent, viewed bool, err error) {
+func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
 	a := &attempt{}
 	ctx, cancel := context.WithCancel(context.WithValue(ctx, attemptKey{}, a))
 	defer cancel() // ends the stream whatever the server still sends
 	stream, err := e.store.Invoke(ctx, req)
 	if a.sent.Load() {
-		c.stats.bytesSent.Add(uint64(proto.Size(req)))
+		n := proto.Size(req)
+		c.stats.bytesSent.Add(uint64(n))
+		tr.BytesSent += n
 	}
 	if err != nil {
 		return a.sent.Load(), false, errorFromStatus(ctx, err)
@@ -181,15 +192,20 @@ func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeReque
 		if err != nil {
 			return true, rd.viewed, errorFromStatus(ctx, err)
 		}
-		c.stats.bytesReceived.Add(uint64(proto.Size(rep)))
+		n := proto.Size(rep)
+		c.stats.bytesReceived.Add(uint64(n))
+		tr.BytesReceived += n
 		v, last, err := rd.view(rep, ls)
 		if err != nil {
 			return true, rd.viewed, err
 		}
 		c.stats.views.Add(1)
+		tr.Views++
 		if v.Confirmed {
+			saved := proto.Size(rd.prelim)
 			c.stats.confirmations.Add(1)
-			c.stats.bytesSaved.Add(uint64(proto.Size(rd.prelim)))
+			c.stats.bytesSaved.Add(uint64(saved))
+			tr.Confirmed, tr.BytesSaved = true, saved
 		}
 		if err := emit(v); err != nil {
 			if errors.Is(err, correctable.ErrClosed) {

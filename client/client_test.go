@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,7 +366,15 @@ func TestBytes(t *testing.T) {
 	big := &api.Result{Found: true, Value: bytes.Repeat([]byte("x"), 1000)}
 	f := &fakeStore{prelim: big} // final nil: confirmed
 	addr, _ := serve(t, f)
-	c := dial(t, []string{addr})
+	var (
+		mu     sync.Mutex
+		traces []client.OpTrace
+	)
+	c := dial(t, []string{addr}, client.WithOpTrace(func(tr client.OpTrace) {
+		mu.Lock()
+		defer mu.Unlock()
+		traces = append(traces, tr)
+	}))
 	const n = 5
 	for range n {
 		if _, err := final(t, c.Get(t.Context(), "key")); err != nil {
@@ -390,6 +399,25 @@ func TestBytes(t *testing.T) {
 	if st.WireBytesSent != st.BytesSent+5*n || st.WireBytesReceived != st.BytesReceived+5*2*n {
 		t.Errorf("wire bytes sent/received = %d/%d, want %d/%d",
 			st.WireBytesSent, st.WireBytesReceived, st.BytesSent+5*n, st.BytesReceived+10*n)
+	}
+	// The hook runs after the final view was delivered: wait for the last.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		if len(traces) == n || time.Now().After(deadline) {
+			break
+		}
+		mu.Unlock()
+	}
+	defer mu.Unlock()
+	if len(traces) != n {
+		t.Fatalf("%d traces, want %d", len(traces), n)
+	}
+	for i, tr := range traces {
+		if tr.Op.Kind() != client.KindGet || tr.Endpoint != addr || tr.Attempts != 1 || tr.Views != 2 || !tr.Confirmed ||
+			tr.BytesSent != proto.Size(f.requests()[i]) || tr.BytesSaved != proto.Size(big) ||
+			uint64(tr.BytesReceived) != st.BytesReceived/n || tr.Err != nil || tr.Elapsed <= 0 {
+			t.Errorf("trace %d = %+v", i, tr)
+		}
 	}
 	// The confirmation carries no payload: both views cost little more
 	// than one.

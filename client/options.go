@@ -44,6 +44,8 @@ type config struct {
 	probeWindow int
 	// initialProbes is how many probes Dial sends each endpoint.
 	initialProbes int
+	// trace, if set, is called with every invocation's OpTrace.
+	trace func(OpTrace)
 }
 
 // WithTransportCredentials secures the connections with creds (for example
@@ -85,6 +87,11 @@ func WithProbeWindow(n int) Option { return func(c *config) { c.probeWindow = n 
 // WithInitialProbes sets how many probes Dial sends each endpoint before it
 // returns (default DefaultInitialProbes).
 func WithInitialProbes(n int) Option { return func(c *config) { c.initialProbes = n } }
+
+// WithOpTrace calls f with the OpTrace of every invocation when it ends, on
+// the invocation's goroutine: per-operation bytes, views and failovers, for
+// benchmarks. f must be safe for concurrent use and should return quickly.
+func WithOpTrace(f func(OpTrace)) Option { return func(c *config) { c.trace = f } }
 
 // validate fills in defaults and checks the configuration against the
 // endpoints. Errors wrap ErrInvalidArgument.

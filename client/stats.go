@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/stats"
 )
@@ -50,6 +51,27 @@ func (c *Client) Stats() Stats {
 		WireBytesSent:     s.wireSent.Load(),
 		WireBytesReceived: s.wireReceived.Load(),
 	}
+}
+
+// OpTrace is what one invocation did and cost on the client link, given to
+// the WithOpTrace hook when the invocation ends.
+type OpTrace struct {
+	Op Op
+	// Endpoint is the last endpoint tried; Attempts counts the endpoints
+	// tried (more than one after a failover).
+	Endpoint string
+	Attempts int
+	// BytesSent and BytesReceived are encoded sizes as in Stats, for this
+	// invocation only; BytesSaved is the confirmation's saving, if any.
+	BytesSent, BytesReceived, BytesSaved int
+	// Views is the number of views received; Confirmed, whether the final
+	// one was a confirmation.
+	Views     int
+	Confirmed bool
+	// Elapsed is the time from submission to the end of the invocation.
+	Elapsed time.Duration
+	// Err is the error the invocation failed with, or nil.
+	Err error
 }
 
 type counters struct {
