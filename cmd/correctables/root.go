@@ -12,6 +12,6 @@ nearest replica and a final, strongly consistent view after consensus.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCmd(), newUpCmd(), newInvokeCmd(), newGetCmd(), newPutCmd(), newBenchCmd())
+	root.AddCommand(newDemoCmd(), newUpCmd(), newInvokeCmd(), newGetCmd(), newPutCmd(), newBenchCmd(), newServeCmd())
 	return root
 }
