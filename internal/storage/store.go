@@ -70,10 +70,14 @@ func Open(opts Options) (*Store, error) {
 	if err := opts.FS.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storage: create %s: %w", opts.Dir, err)
 	}
-	db, err := pebble.Open(opts.Dir, &pebble.Options{
-		FS:        opts.FS,
-		Logger:    pebbleLogger{opts.Logger},
-		CacheSize: opts.CacheSize,
+	var db *pebble.DB
+	err := catchFatal(func() (err error) {
+		db, err = pebble.Open(opts.Dir, &pebble.Options{
+			FS:        opts.FS,
+			Logger:    pebbleLogger{opts.Logger},
+			CacheSize: opts.CacheSize,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
@@ -82,7 +86,7 @@ func Open(opts Options) (*Store, error) {
 	if opts.NoSync {
 		s.wo = pebble.NoSync
 	}
-	if err := s.load(); err != nil {
+	if err := catchFatal(s.load); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -318,6 +322,9 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		size uint64
 	)
 	full := func(e *raftpb.Entry) bool {
+		if maxSize == math.MaxUint64 {
+			return false // raft's "no limit"; skip the sizing
+		}
 		size += uint64(proto.Size(e))
 		return len(ents) > 0 && size > maxSize
 	}
@@ -361,7 +368,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 // limitSize returns the longest prefix of ents of at most maxSize bytes, and
 // at least one entry: raft's rule.
 func limitSize(ents []*raftpb.Entry, maxSize uint64) []*raftpb.Entry {
-	if len(ents) == 0 {
+	if len(ents) == 0 || maxSize == math.MaxUint64 {
 		return ents
 	}
 	size := uint64(proto.Size(ents[0]))
@@ -711,7 +718,19 @@ func (s *Store) Metrics() (*pebble.Metrics, error) {
 // commit commits b and fails the Store if that does not succeed. Pebble
 // reports a failed commit through Logger.Fatalf, which pebbleLogger turns
 // into a panic that ends here.
-func (s *Store) commit(b *pebble.Batch) (err error) {
+func (s *Store) commit(b *pebble.Batch) error {
+	err := catchFatal(func() error { return b.Commit(s.wo) })
+	if err != nil {
+		s.err = fmt.Errorf("%w: %w", ErrFailed, err)
+		s.tail, s.tailBytes = nil, 0
+		s.opts.Logger.Error("storage: write failed; the store refuses all calls until reopened", "err", err)
+		return s.err
+	}
+	return nil
+}
+
+// catchFatal runs fn and turns a pebbleLogger.Fatalf panic into an error.
+func catchFatal(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			fe, ok := r.(fatalError)
@@ -720,15 +739,10 @@ func (s *Store) commit(b *pebble.Batch) (err error) {
 			}
 			err = fe
 		}
-		if err != nil {
-			s.err = fmt.Errorf("%w: %w", ErrFailed, err)
-			s.tail, s.tailBytes = nil, 0
-			s.opts.Logger.Error("storage: write failed; the store refuses all calls until reopened", "err", err)
-			err = s.err
-		}
 	}()
-	return b.Commit(s.wo)
+	return fn()
 }
+
 
 func marshal(m proto.Message) []byte {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
