@@ -743,7 +743,6 @@ func catchFatal(fn func() error) (err error) {
 	return fn()
 }
 
-
 func marshal(m proto.Message) []byte {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
