@@ -85,7 +85,9 @@ func TestBasics(t *testing.T) {
 	if term, _ := s.Term(3); term != 3 {
 		t.Fatalf("Term(3) = %d, want 3", term)
 	}
-	if err := s.Save(nil, []*raftpb.Entry{ent(5, 3, "gap")}, nil, nil); !errors.Is(err, ErrInvalid) {
+	// A bad argument writes nothing, not even the own operation beside it
+	// (the OwnOps check below would see seq 9).
+	if err := s.Save(nil, []*raftpb.Entry{ent(5, 3, "gap")}, nil, []*replica.Req{req(9, "no")}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Save with a gap: %v, want ErrInvalid", err)
 	}
 	if _, err := s.CreateSnapshot(2, &raftpb.ConfState{Voters: []uint64{1, 2, 3}}, []byte("state@2")); err != nil {
@@ -554,5 +556,57 @@ func TestEquivalence(t *testing.T) {
 				p.check(true)
 			})
 		}
+	}
+}
+
+// TestConcurrentReaders: raft's reads may run beside the driver's Saves and
+// Compacts (run with -race); every read sees a consistent log.
+func TestConcurrentReaders(t *testing.T) {
+	s := mustOpen(t, Options{Dir: "db", FS: vfs.NewMem(), NoSync: true, Logger: quietLogger(), TailCacheEntries: 16})
+	defer s.Close()
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			first, _ := s.FirstIndex()
+			last, _ := s.LastIndex()
+			if last < first {
+				continue
+			}
+			ents, err := s.Entries(first, last+1, math.MaxUint64)
+			if errors.Is(err, raft.ErrCompacted) {
+				continue // compacted between the calls
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			for k, e := range ents {
+				if e.GetIndex() != ents[0].GetIndex()+uint64(k) {
+					errc <- fmt.Errorf("entries not contiguous: %v", ents)
+					return
+				}
+			}
+		}
+	}()
+	for i := uint64(1); i <= 500; i++ {
+		if err := s.Save(nil, []*raftpb.Entry{ent(i, 1, "x")}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			if err := s.Compact(i - 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(done)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
