@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -50,6 +51,9 @@ func (r *Replica) proposeEntry(e entry) {
 
 // apply delivers one committed raft entry.
 func (r *Replica) apply(ent *raftpb.Entry) error {
+	if ent.GetIndex() <= r.applied {
+		return nil // covered by a snapshot restored at start
+	}
 	r.applied = ent.GetIndex()
 	switch ent.GetType() {
 	case raftpb.EntryConfChange:
@@ -57,14 +61,14 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 		if err := proto.Unmarshal(ent.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: conf change at %d: %w", ent.GetIndex(), err)
 		}
-		r.node.ApplyConfChange(&cc)
+		r.confState = r.node.ApplyConfChange(&cc)
 		return nil
 	case raftpb.EntryConfChangeV2:
 		var cc raftpb.ConfChangeV2
 		if err := proto.Unmarshal(ent.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: conf change at %d: %w", ent.GetIndex(), err)
 		}
-		r.node.ApplyConfChange(&cc)
+		r.confState = r.node.ApplyConfChange(&cc)
 		return nil
 	}
 	if len(ent.GetData()) == 0 {
@@ -117,7 +121,9 @@ func (r *Replica) commit(ops []*Req) error {
 				return fmt.Errorf("replica: %v committed while %d.%d is missing", q.ID, o, r.vv[o]+1)
 			}
 			r.vv[o] = q.ID.Seq
-			r.log[o] = append(r.log[o], q)
+			if q.ID.Seq == r.logBase[o]+uint64(len(r.log[o]))+1 {
+				r.log[o] = append(r.log[o], q)
+			}
 			r.clk.Observe(q.TS)
 			if q.TS > r.lastTS[o] {
 				r.lastTS[o] = q.TS
@@ -153,6 +159,9 @@ func (r *Replica) commit(ops []*Req) error {
 	// below everything that can still be rolled back).
 	r.tentative = slices.Delete(r.tentative, 0, len(fresh))
 	r.stats.Committed += len(fresh)
+	for i, q := range fresh {
+		r.rememberResult(q.ID, results[i])
+	}
 
 	for i, q := range fresh {
 		delete(r.pendingStrong, q.ID)
@@ -213,8 +222,14 @@ func (r *Replica) answerSync(m Message) {
 	}
 	var ops []*Req
 	for _, o := range r.vv.origins() {
-		for s := m.VV[o] + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
-			ops = append(ops, r.log[o][s-1])
+		// Operations forgotten after a snapshot are committed: the peer
+		// gets them from the raft log or a snapshot instead.
+		for s := max(m.VV[o], r.logBase[o]) + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
+			q, ok := r.Op(OpID{o, s})
+			if !ok {
+				break
+			}
+			ops = append(ops, q)
 		}
 	}
 	if len(ops) > 0 {
@@ -286,10 +301,18 @@ func (r *Replica) HasReady() bool {
 func (r *Replica) Ready() (Ready, error) {
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
+		if rrd.Snapshot != nil && !raft.IsEmptySnap(rrd.Snapshot) {
+			if err := r.restore(rrd.Snapshot); err != nil {
+				return Ready{}, err
+			}
+		}
 		for _, ent := range rrd.CommittedEntries {
 			if err := r.apply(ent); err != nil {
 				return Ready{}, err
 			}
+		}
+		if err := r.maybeSnapshot(); err != nil {
+			return Ready{}, err
 		}
 		for _, rs := range rrd.ReadStates {
 			if pr, ok := r.reads[parseReadCtx(rs.RequestCtx)]; ok && pr.index == 0 {
@@ -319,6 +342,14 @@ func (r *Replica) Ready() (Ready, error) {
 func (r *Replica) Advance(rd Ready) {
 	if rd.raft != nil {
 		r.node.Advance(*rd.raft)
+	}
+	// A snapshot handed to the driver counts as sent: raft leaves the
+	// follower's snapshot state, and if the snapshot was lost the follower's
+	// next rejection makes the leader send another.
+	for _, m := range rd.Messages {
+		if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgSnap {
+			r.node.ReportSnapshot(m.To, true)
+		}
 	}
 }
 

@@ -54,13 +54,21 @@ type Config struct {
 	// answer before it is proposed or asked again. Default 20.
 	RetryTicks int
 	// MaxTentative bounds the uncommitted operations a replica accepts from
-	// its clients; it also bounds the size of a log entry. Default 4096.
+	// its clients; it also bounds the size of a log entry, and the results
+	// kept per origin for snapshots. Default 1024.
 	MaxTentative int
 	// MaxPending bounds strong reads and strong operations in flight.
 	// Default 4096.
 	MaxPending int
 	// MaxOpsPerMsg bounds the operations in one gossip message. Default 256.
 	MaxOpsPerMsg int
+	// SnapshotEntries: every this many applied log entries the replica
+	// asks its driver for a snapshot and log compaction. Default 10,000;
+	// negative disables snapshots.
+	SnapshotEntries int
+	// TrackHistory keeps every committed id and operation in memory and in
+	// snapshots, for the simulation's checkers. Off in servers.
+	TrackHistory bool
 }
 
 func (c *Config) validate() error {
@@ -85,9 +93,12 @@ func (c *Config) validate() error {
 	def(&c.GossipTicks, 2)
 	def(&c.NoopTicks, 5)
 	def(&c.RetryTicks, 20)
-	def(&c.MaxTentative, 4096)
+	def(&c.MaxTentative, 1024)
 	def(&c.MaxPending, 4096)
 	def(&c.MaxOpsPerMsg, 256)
+	if c.SnapshotEntries == 0 {
+		c.SnapshotEntries = 10_000
+	}
 	return nil
 }
 
@@ -100,9 +111,12 @@ type Ready struct {
 	Snapshot  *raftpb.Snapshot
 	// Persist lists this replica's own new operations: they must be durable
 	// before any view or message about them leaves the replica.
-	Persist  []*Req
-	Messages []Message
-	Views    []View
+	Persist []*Req
+	// CreateSnapshot, if set, asks the driver to store a snapshot and
+	// compact the log (after persisting the rest of this Ready).
+	CreateSnapshot *SnapshotRequest
+	Messages       []Message
+	Views          []View
 
 	raft *raft.Ready
 }
@@ -158,8 +172,15 @@ type Replica struct {
 	// vv covers every operation received (committed or tentative);
 	// committedVV the committed ones (a contiguous prefix per origin).
 	vv, committedVV VV
-	// log holds every known operation per origin, by sequence number - 1.
-	log map[uint64][]*Req
+	// log holds the known operations of each origin from sequence number
+	// logBase[o]+1 on (committed ones below are forgotten after snapshots).
+	log     map[uint64][]*Req
+	logBase map[uint64]uint64
+	// committedBase counts committed operations forgotten after snapshots.
+	committedBase int
+	snapIndex     uint64
+	results       map[uint64][]committedResult
+	confState     *raftpb.ConfState
 	// lastTS is the largest timestamp this replica knows each origin has
 	// issued with every earlier operation received (for stable time).
 	lastTS map[uint64]uint64
@@ -186,10 +207,32 @@ func New(cfg Config) (*Replica, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	node, err := consensus.New(consensus.Config{
+	r := &Replica{
+		cfg:           cfg,
+		clk:           hlc{now: cfg.Clock},
+		st:            state.New(cfg.Limits),
+		vv:            VV{},
+		committedVV:   VV{},
+		log:           map[uint64][]*Req{},
+		logBase:       map[uint64]uint64{},
+		results:       map[uint64][]committedResult{},
+		lastTS:        map[uint64]uint64{},
+		waiting:       map[OpID]*waiter{},
+		arrived:       map[OpID]int{},
+		pendingStrong: map[OpID]int{},
+		reads:         map[uint64]*pendingRead{},
+	}
+	// A snapshot in storage is the starting point; raft replays the log
+	// after it.
+	applied, err := r.loadSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	r.node, err = consensus.New(consensus.Config{
 		ID:             cfg.ID,
 		Peers:          cfg.Peers,
 		Storage:        cfg.Storage,
+		Applied:        applied,
 		ElectionTicks:  cfg.ElectionTicks,
 		HeartbeatTicks: cfg.HeartbeatTicks,
 		Rand:           cfg.Rand,
@@ -197,24 +240,17 @@ func New(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Replica{
-		cfg:           cfg,
-		node:          node,
-		clk:           hlc{now: cfg.Clock},
-		st:            state.New(cfg.Limits),
-		vv:            VV{},
-		committedVV:   VV{},
-		log:           map[uint64][]*Req{},
-		lastTS:        map[uint64]uint64{},
-		waiting:       map[OpID]*waiter{},
-		arrived:       map[OpID]int{},
-		pendingStrong: map[OpID]int{},
-		reads:         map[uint64]*pendingRead{},
-	}
 	// Own operations persisted before a crash come back as tentative; the
 	// replay of the raft log commits those that were committed.
+	r.seq = r.vv[cfg.ID]
 	for _, req := range cfg.OwnOps {
-		if req.ID.Origin != cfg.ID || req.ID.Seq != r.seq+1 {
+		if req.ID.Origin != cfg.ID {
+			return nil, fmt.Errorf("replica: persisted own operation %v is not this replica's", req.ID)
+		}
+		if req.ID.Seq <= r.seq {
+			continue // in the snapshot
+		}
+		if req.ID.Seq != r.seq+1 {
 			return nil, fmt.Errorf("replica: persisted own operation %v out of sequence after %d", req.ID, r.seq)
 		}
 		r.seq = req.ID.Seq
@@ -260,18 +296,18 @@ func (r *Replica) CommittedStateHash() uint64 {
 
 // Op returns a known operation by id.
 func (r *Replica) Op(id OpID) (*Req, bool) {
-	ops := r.log[id.Origin]
-	if id.Seq == 0 || id.Seq > uint64(len(ops)) {
+	ops, base := r.log[id.Origin], r.logBase[id.Origin]
+	if id.Seq <= base || id.Seq > base+uint64(len(ops)) {
 		return nil, false
 	}
-	return ops[id.Seq-1], true
+	return ops[id.Seq-base-1], true
 }
 
 func (r *Replica) stamp() Stamp {
 	return Stamp{
 		Replica:        r.cfg.ID,
 		AppliedIndex:   r.applied,
-		CommittedCount: len(r.committed),
+		CommittedCount: r.committedCount(),
 		VV:             r.vv.Clone(),
 		StableTime:     r.stableTime(),
 	}

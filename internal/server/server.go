@@ -27,6 +27,11 @@ type Storage interface {
 	Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error
 	// OwnOps returns the persisted own operations in sequence order.
 	OwnOps() ([]*replica.Req, error)
+	// CreateSnapshot stores a snapshot of the state at index; Compact drops
+	// the log before index; TruncateOwn drops own operations up to seq.
+	CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error)
+	Compact(index uint64) error
+	TruncateOwn(upTo uint64) error
 	Close() error
 }
 
@@ -47,6 +52,12 @@ type Config struct {
 	// ElectionTicks, HeartbeatTicks, GossipTicks, NoopTicks, RetryTicks:
 	// see replica.Config. Defaults 30, 3, 2, 5, 50.
 	ElectionTicks, HeartbeatTicks, GossipTicks, NoopTicks, RetryTicks int
+	// SnapshotEntries: see replica.Config. Default 10,000.
+	SnapshotEntries int
+	// CompactMargin is how many entries stay in the log behind a snapshot,
+	// so that a follower a little behind catches up from the log rather
+	// than from a snapshot. Default 1,000.
+	CompactMargin int
 	// Limits bound keys, values and scans.
 	Limits state.Limits
 	// MaxInflight bounds client requests in flight. Default 10,000.
@@ -92,6 +103,7 @@ func (c *Config) validate() error {
 	def(&c.NoopTicks, 5)
 	def(&c.RetryTicks, 50)
 	def(&c.MaxInflight, 10_000)
+	def(&c.CompactMargin, 1000)
 	def(&c.PeerQueue, 4096)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -161,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		Rand:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
 		Limits: cfg.Limits, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		GossipTicks: cfg.GossipTicks, NoopTicks: cfg.NoopTicks, RetryTicks: cfg.RetryTicks,
+		SnapshotEntries: cfg.SnapshotEntries,
 	})
 	if err != nil {
 		return nil, err
@@ -321,6 +334,11 @@ func (s *Server) handleReady() error {
 		if err := s.cfg.Storage.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.Persist); err != nil {
 			return fmt.Errorf("server: persisting: %w", err)
 		}
+		if req := rd.CreateSnapshot; req != nil {
+			if err := s.snapshot(req); err != nil {
+				return err
+			}
+		}
 		for _, m := range rd.Messages {
 			if p := s.peers[m.To]; p != nil {
 				p.enqueue(m)
@@ -339,6 +357,26 @@ func (s *Server) handleReady() error {
 		}
 		s.rep.Advance(rd)
 	}
+	return nil
+}
+
+// snapshot stores a snapshot the replica asked for and compacts behind it.
+func (s *Server) snapshot(req *replica.SnapshotRequest) error {
+	if _, err := s.cfg.Storage.CreateSnapshot(req.Index, req.ConfState, req.Data); err != nil {
+		if errors.Is(err, raft.ErrSnapOutOfDate) {
+			return nil
+		}
+		return fmt.Errorf("server: snapshot at %d: %w", req.Index, err)
+	}
+	if m := uint64(s.cfg.CompactMargin); req.Index > m {
+		if err := s.cfg.Storage.Compact(req.Index - m); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("server: compacting to %d: %w", req.Index-m, err)
+		}
+	}
+	if err := s.cfg.Storage.TruncateOwn(req.OwnCommitted); err != nil {
+		return fmt.Errorf("server: dropping committed own operations: %w", err)
+	}
+	s.log.Info("snapshot", "index", req.Index, "bytes", len(req.Data))
 	return nil
 }
 

@@ -22,6 +22,8 @@ type Result struct {
 	Messages int
 	Dropped  int
 	Crashes  int
+	// Snapshots counts snapshots taken by the replicas.
+	Snapshots int
 	// Err is the first failed check (nil if all passed).
 	Err error
 }
@@ -84,7 +86,7 @@ func (c *Cluster) Run() Result {
 			c.err = fmt.Errorf("%w: more than %d events", errStalled, maxEvents)
 		}
 	}
-	res.Messages, res.Dropped = c.Messages, c.Dropped
+	res.Messages, res.Dropped, res.Snapshots = c.Messages, c.Dropped, c.Snapshots
 	for _, n := range c.Nodes {
 		res.Crashes += n.crashes
 		if n.Rep != nil {

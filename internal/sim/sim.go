@@ -59,6 +59,9 @@ type Options struct {
 	Quiet time.Duration
 	// Workload picks each operation; default Mixed.
 	Workload func(r *rand.Rand, keys int) state.Op
+	// SnapshotEntries is passed to the replicas (see replica.Config);
+	// small values exercise snapshots and catch-up. Default: off (-1).
+	SnapshotEntries int
 	// Hook, if set, is called once the cluster is built, to schedule extra
 	// events (used by the hazard tests).
 	Hook func(c *Cluster)
@@ -87,6 +90,9 @@ func (o *Options) defaults() {
 	defd(&o.MaxDelay, 20*time.Millisecond)
 	defd(&o.ClientTimeout, 3*time.Second)
 	defd(&o.Quiet, 5*time.Second)
+	if o.SnapshotEntries == 0 {
+		o.SnapshotEntries = -1
+	}
 	if o.Workload == nil {
 		o.Workload = Mixed
 	}
@@ -157,7 +163,7 @@ type Cluster struct {
 	Filter func(m replica.Message) bool
 
 	// Counters for reports.
-	Messages, Dropped int
+	Messages, Dropped, Snapshots int
 }
 
 const epoch = int64(1_700_000_000) * int64(time.Second) // virtual time 0
@@ -206,13 +212,43 @@ func (c *Cluster) start(n *Node) error {
 		Storage: n.disk.log,
 		OwnOps:  slices.Clone(n.disk.own),
 		Clock:   func() int64 { return epoch + c.now + n.skew },
-		Rand:    rand.New(rand.NewPCG(c.rng.Uint64(), uint64(n.ID))),
+		// Checkers need every committed id, also across snapshots.
+		TrackHistory:    true,
+		SnapshotEntries: c.opt.SnapshotEntries,
+		Rand:            rand.New(rand.NewPCG(c.rng.Uint64(), uint64(n.ID))),
 	})
 	if err != nil {
 		return fmt.Errorf("sim: start replica %d: %w", n.ID, err)
 	}
 	n.Rep = rep
 	c.pump(n)
+	return nil
+}
+
+// compactMargin is how many entries stay in the log behind a snapshot, so
+// that a follower slightly behind catches up from the log.
+const compactMargin = 5
+
+func (c *Cluster) snapshot(n *Node, req *replica.SnapshotRequest) error {
+	if _, err := n.disk.log.CreateSnapshot(req.Index, req.ConfState, req.Data); err != nil {
+		if errors.Is(err, raft.ErrSnapOutOfDate) {
+			return nil
+		}
+		return err
+	}
+	c.Snapshots++
+	if req.Index > compactMargin {
+		if err := n.disk.log.Compact(req.Index - compactMargin); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return err
+		}
+	}
+	keep := n.disk.own[:0:0]
+	for _, q := range n.disk.own {
+		if q.ID.Seq > req.OwnCommitted {
+			keep = append(keep, q)
+		}
+	}
+	n.disk.own = keep
 	return nil
 }
 
@@ -243,6 +279,12 @@ func (c *Cluster) pump(n *Node) {
 			c.fail(fmt.Errorf("replica %d: %w", n.ID, err))
 			return
 		}
+		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+			if err := n.disk.log.ApplySnapshot(proto.Clone(rd.Snapshot).(*raftpb.Snapshot)); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+				c.fail(err)
+				return
+			}
+		}
 		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 			if err := n.disk.log.SetHardState(proto.Clone(rd.HardState).(*raftpb.HardState)); err != nil {
 				c.fail(err)
@@ -256,6 +298,12 @@ func (c *Cluster) pump(n *Node) {
 			}
 		}
 		n.disk.own = append(n.disk.own, rd.Persist...)
+		if req := rd.CreateSnapshot; req != nil {
+			if err := c.snapshot(n, req); err != nil {
+				c.fail(fmt.Errorf("replica %d: snapshot: %w", n.ID, err))
+				return
+			}
+		}
 		for _, m := range rd.Messages {
 			c.send(m)
 		}

@@ -27,9 +27,16 @@ func faulty(seed uint64) Options {
 	if seed%2 == 1 {
 		replicas = 5
 	}
+	// One seed in three takes snapshots every few entries, so that
+	// followers catch up from snapshots and restarts start from them.
+	snap := -1
+	if seed%3 == 0 {
+		snap = 20
+	}
 	return Options{
-		Seed:     seed,
-		Replicas: replicas,
+		Seed:            seed,
+		Replicas:        replicas,
+		SnapshotEntries: snap,
 		Faults: Faults{
 			Drop: 0.05, Dup: 0.05, Reorder: 30 * time.Millisecond,
 			Partitions: true, Crashes: true, Skew: 100 * time.Millisecond,
@@ -55,7 +62,7 @@ func TestSeed(t *testing.T) {
 		t.Skip("no -seed given")
 	}
 	res := Run(faulty(*seedFlag))
-	t.Logf("records=%d committed=%d msgs=%d dropped=%d crashes=%d stats=%+v", len(res.Records), len(res.Committed), res.Messages, res.Dropped, res.Crashes, res.Stats)
+	t.Logf("records=%d committed=%d msgs=%d dropped=%d crashes=%d snapshots=%d stats=%+v", len(res.Records), len(res.Committed), res.Messages, res.Dropped, res.Crashes, res.Snapshots, res.Stats)
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}

@@ -1,0 +1,259 @@
+package replica
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/internal/state"
+)
+
+// SnapshotRequest asks the driver to store a snapshot of the committed state
+// at Index and to compact the log before it. The driver may also drop its
+// persisted own operations up to OwnCommitted: they are committed and in
+// the snapshot.
+type SnapshotRequest struct {
+	Index        uint64
+	ConfState    *raftpb.ConfState
+	Data         []byte
+	OwnCommitted uint64
+}
+
+const snapshotVersion = 1
+
+// snapshotData encodes the committed state at the applied index: the state
+// machine, the committed version vector and count, and, when the replica
+// tracks history (simulation), the committed ids and operations so that the
+// checkers keep working across snapshots.
+func (r *Replica) snapshotData() ([]byte, error) {
+	var stBytes []byte
+	var err error
+	r.withCommitted(func(st *state.State) { stBytes, err = st.MarshalBinary() })
+	if err != nil {
+		return nil, fmt.Errorf("replica: snapshot: %w", err)
+	}
+	b := []byte{snapshotVersion}
+	b = binary.AppendUvarint(b, r.applied)
+	b = binary.AppendUvarint(b, uint64(r.committedCount()))
+	b = appendVV(b, r.committedVV)
+	if r.cfg.TrackHistory {
+		b = binary.AppendUvarint(b, uint64(len(r.committed)))
+		for _, id := range r.committed {
+			q, _ := r.Op(id)
+			b = AppendReq(b, q)
+		}
+	} else {
+		b = binary.AppendUvarint(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.results)))
+	for _, o := range sortedKeys(r.results) {
+		rs := r.results[o]
+		b = binary.AppendUvarint(b, o)
+		b = binary.AppendUvarint(b, uint64(len(rs)))
+		for _, e := range rs {
+			b = binary.AppendUvarint(b, e.seq)
+			enc := state.EncodeResult(e.res)
+			b = binary.AppendUvarint(b, uint64(len(enc)))
+			b = append(b, enc...)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(stBytes)))
+	return append(b, stBytes...), nil
+}
+
+// committedResult is the stable result of a committed operation, kept for
+// the last MaxTentative operations of every origin: an origin waits for at
+// most that many of its own (Submit refuses more), so when a snapshot
+// overtakes an origin that lagged behind, the snapshot still carries the
+// result of every operation the origin's clients wait for.
+type committedResult struct {
+	seq uint64
+	res state.Result
+}
+
+func (r *Replica) rememberResult(id OpID, res state.Result) {
+	rs := append(r.results[id.Origin], committedResult{id.Seq, res})
+	if len(rs) > 2*r.cfg.MaxTentative {
+		rs = slices.Clone(rs[len(rs)-r.cfg.MaxTentative:])
+	}
+	r.results[id.Origin] = rs
+}
+
+func (r *Replica) lookupResult(id OpID) (state.Result, bool) {
+	rs := r.results[id.Origin]
+	i, ok := slices.BinarySearchFunc(rs, id.Seq, func(e committedResult, s uint64) int {
+		return int(int64(e.seq) - int64(s))
+	})
+	if !ok {
+		return state.Result{}, false
+	}
+	return rs[i].res, true
+}
+
+// maybeSnapshot asks for a snapshot every SnapshotEntries applied entries.
+func (r *Replica) maybeSnapshot() error {
+	if r.cfg.SnapshotEntries <= 0 || r.applied-r.snapIndex < uint64(r.cfg.SnapshotEntries) || r.confState == nil {
+		return nil
+	}
+	data, err := r.snapshotData()
+	if err != nil {
+		return err
+	}
+	r.out.CreateSnapshot = &SnapshotRequest{
+		Index: r.applied, ConfState: proto.Clone(r.confState).(*raftpb.ConfState),
+		Data: data, OwnCommitted: r.committedVV[r.cfg.ID],
+	}
+	r.snapIndex = r.applied
+	if !r.cfg.TrackHistory {
+		r.trimCommitted()
+	}
+	return nil
+}
+
+// trimCommitted forgets committed operations: the snapshot holds their
+// effect, and a peer that lacks them gets them from the raft log or a
+// snapshot, not from gossip.
+func (r *Replica) trimCommitted() {
+	r.committedBase += len(r.committed)
+	r.committed = nil
+	for o, ops := range r.log {
+		cut := r.committedVV[o] - r.logBase[o]
+		if cut > uint64(len(ops)) {
+			cut = uint64(len(ops))
+		}
+		r.log[o] = slices.Clone(ops[cut:])
+		r.logBase[o] += cut
+	}
+}
+
+// restore replaces the committed state with a snapshot's (a follower that
+// fell behind the leader's compacted log, or a restart). Tentative
+// operations newer than the snapshot are kept and re-executed on it.
+func (r *Replica) restore(snap *raftpb.Snapshot) error {
+	d := decoder{b: snap.GetData()}
+	if v := d.byte(); d.err == nil && v != snapshotVersion {
+		return fmt.Errorf("%w: snapshot version %d", ErrCorrupt, v)
+	}
+	applied := d.uvarint()
+	count := d.uvarint()
+	cvv := d.vv()
+	n := d.count()
+	var committedOps []*Req
+	for i := 0; i < n && d.err == nil; i++ {
+		committedOps = append(committedOps, d.req())
+	}
+	results := map[uint64][]committedResult{}
+	for no := d.count(); no > 0 && d.err == nil; no-- {
+		o := d.uvarint()
+		for k := d.count(); k > 0 && d.err == nil; k-- {
+			seq := d.uvarint()
+			n := d.count()
+			if d.err != nil {
+				break
+			}
+			res, err := state.DecodeResult(d.b[:n])
+			if err != nil {
+				return fmt.Errorf("replica: snapshot result: %w", err)
+			}
+			d.b = d.b[n:]
+			results[o] = append(results[o], committedResult{seq, res})
+		}
+	}
+	sz := d.count()
+	if d.err != nil {
+		return fmt.Errorf("replica: snapshot: %w", d.err)
+	}
+	st := state.New(r.cfg.Limits)
+	if err := st.UnmarshalBinary(d.b[:sz]); err != nil {
+		return fmt.Errorf("replica: snapshot state: %w", err)
+	}
+	if applied != snap.GetMetadata().GetIndex() {
+		return fmt.Errorf("%w: snapshot data at %d, metadata at %d", ErrCorrupt, applied, snap.GetMetadata().GetIndex())
+	}
+	if applied <= r.applied {
+		return nil // already past it
+	}
+	// Keep what is newer than the snapshot.
+	var keep []*Req
+	for _, e := range r.tentative {
+		if e.req.ID.Seq > cvv[e.req.ID.Origin] {
+			keep = append(keep, e.req)
+		}
+	}
+	r.tentative = nil
+	r.st = st
+	r.applied = applied
+	r.snapIndex = applied
+	r.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
+	if r.cfg.TrackHistory && len(committedOps) == int(count) {
+		r.committed = r.committed[:0]
+		r.committedBase = 0
+		for _, q := range committedOps {
+			r.committed = append(r.committed, q.ID)
+			o := q.ID.Origin
+			if q.ID.Seq == r.logBase[o]+uint64(len(r.log[o]))+1 {
+				r.log[o] = append(r.log[o], q)
+			}
+		}
+	} else {
+		r.committed = nil
+		r.committedBase = int(count)
+	}
+	for _, o := range cvv.origins() {
+		r.committedVV[o] = cvv[o]
+		if r.vv[o] < cvv[o] {
+			r.vv[o] = cvv[o]
+		}
+		// Forget what we cannot serve contiguously any more.
+		end := r.logBase[o] + uint64(len(r.log[o]))
+		if end < cvv[o] {
+			r.log[o] = nil
+			r.logBase[o] = cvv[o]
+		}
+	}
+	r.results = results
+	for _, id := range sortedIDs(r.waiting) {
+		if id.Seq > r.committedVV[id.Origin] {
+			continue
+		}
+		// Committed while this replica lagged behind a snapshot: the
+		// snapshot carries the stable result.
+		w := r.waiting[id]
+		delete(r.waiting, id)
+		res, ok := r.lookupResult(id)
+		if !ok {
+			return fmt.Errorf("replica: snapshot at %d lacks the result of waiting operation %v", applied, id)
+		}
+		r.emit(View{Client: w.client, Seq: w.seq, ID: id, Result: res, Stable: true,
+			Confirmed: w.sent && res.Equal(w.tentative)})
+	}
+	for id := range r.pendingStrong {
+		if id.Seq <= r.committedVV[id.Origin] {
+			delete(r.pendingStrong, id)
+		}
+	}
+	slices.SortFunc(keep, compareReq)
+	r.reexec(keep)
+	return nil
+}
+
+func (r *Replica) committedCount() int { return r.committedBase + len(r.committed) }
+
+// loadSnapshot restores from the storage's snapshot at start.
+func (r *Replica) loadSnapshot() (uint64, error) {
+	snap, err := r.cfg.Storage.Snapshot()
+	if err != nil && err != raft.ErrSnapshotTemporarilyUnavailable {
+		return 0, fmt.Errorf("replica: reading snapshot: %w", err)
+	}
+	if snap == nil || raft.IsEmptySnap(snap) {
+		return 0, nil
+	}
+	if err := r.restore(snap); err != nil {
+		return 0, err
+	}
+	return r.applied, nil
+}
