@@ -532,7 +532,7 @@ func mapsKeys(m map[uint64]*replica.Req) func(func(uint64) bool) {
 // fed the same seeded operations, answer every query alike, across crashes
 // and reopens, with the tail cache disabled, tiny and default.
 func TestEquivalence(t *testing.T) {
-	seeds, steps := 12, 300
+	seeds, steps := 6, 300
 	if testing.Short() {
 		seeds, steps = 3, 100
 	}
