@@ -1,7 +1,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build test test-long lint fmt vet bench proto
+.PHONY: all build test test-long lint fmt vet bench proto docker fuzz
 
 all: lint test build
 
@@ -36,3 +36,12 @@ proto:
 	$(GO) build -o $$d/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc && \
 	protoc -I api --go_out=api --go_opt=paths=source_relative \
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/correctables.proto
+
+# The FROM-scratch image (deploy/compose.yaml runs three of them).
+docker: build
+	docker build -t correctables .
+
+# Fuzz the decoders of what arrives from the network.
+fuzz:
+	$(GO) test ./internal/server -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 60s
+	$(GO) test ./internal/replica -run '^$$' -fuzz FuzzDecodeMessage -fuzztime 60s
