@@ -1,9 +1,11 @@
 package sim
 
 import (
-	"fmt"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -44,14 +46,38 @@ func faulty(seed uint64) Options {
 	}
 }
 
+// TestSimulation runs the seeds on every core; each run is independent and
+// deterministic, so the order they finish in does not matter.
 func TestSimulation(t *testing.T) {
 	n := seeds(t)
+	seedc := make(chan uint64)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []uint64
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seed := range seedc {
+				res := Run(faulty(seed))
+				if res.Err != nil {
+					mu.Lock()
+					failed = append(failed, seed)
+					mu.Unlock()
+					t.Errorf("seed %d (%d replicas) failed; replay with: go test ./internal/sim -run TestSeed -seed %d -v\n%v",
+						seed, faulty(seed).Replicas, seed, res.Err)
+				}
+			}
+		}()
+	}
 	for seed := uint64(1); seed <= uint64(n); seed++ {
-		res := Run(faulty(seed))
-		if res.Err != nil {
-			t.Errorf("seed %d (%d replicas) failed; replay with: go test ./internal/sim -run 'TestSeed' -seed %d\n%v",
-				seed, faulty(seed).Replicas, seed, res.Err)
-		}
+		seedc <- seed
+	}
+	close(seedc)
+	wg.Wait()
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		t.Logf("%d of %d seeds failed: %v", len(failed), n, failed)
 	}
 }
 
@@ -67,5 +93,3 @@ func TestSeed(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 }
-
-var _ = fmt.Sprint
