@@ -189,7 +189,7 @@ for the preliminary view only (invokeWeak), --strong for the final only
 			default:
 				cor = c.Invoke(ctx, op)
 			}
-			return printViews(cmd.OutOrStdout(), cor, cf.json)
+			return printViews(cmd.OutOrStdout(), op, cor, cf.json)
 		},
 	}
 	cf.register(cmd)
@@ -210,7 +210,7 @@ type viewJSON struct {
 	Items     []string `json:"-"`
 }
 
-func printViews(w io.Writer, cor *correctable.Correctable[client.Result], asJSON bool) error {
+func printViews(w io.Writer, op client.Op, cor *correctable.Correctable[client.Result], asJSON bool) error {
 	for v := range cor.Views() {
 		var replica uint64
 		if st, ok := v.Stamp.(client.Stamp); ok {
@@ -228,7 +228,7 @@ func printViews(w io.Writer, cor *correctable.Correctable[client.Result], asJSON
 		if v.Final {
 			kind = "final"
 		}
-		val := formatResult(v.Value)
+		val := formatResult(op, v.Value)
 		if v.Confirmed {
 			val = "confirmed"
 		}
@@ -240,9 +240,39 @@ func printViews(w io.Writer, cor *correctable.Correctable[client.Result], asJSON
 	return nil
 }
 
-func formatResult(r client.Result) string {
+func formatResult(op client.Op, r client.Result) string {
 	if r.Err != nil {
 		return "error: " + r.Err.Error()
+	}
+	switch op.Kind() {
+	case client.KindPut, client.KindDelete:
+		// Writes return the value they replaced.
+		if r.Found {
+			return fmt.Sprintf("ok (replaced %q)", r.Value)
+		}
+		if op.Kind() == client.KindDelete {
+			return "ok (no such key)"
+		}
+		return "ok (new key)"
+	case client.KindIncr:
+		return fmt.Sprintf("%d", r.Int)
+	case client.KindCAS:
+		if r.OK {
+			return "swapped"
+		}
+		if r.Found {
+			return fmt.Sprintf("not swapped (value is %q)", r.Value)
+		}
+		return "not swapped (no such key)"
+	case client.KindEnqueue:
+		return fmt.Sprintf("enqueued as #%d (queue length %d)", r.Int, r.Len)
+	case client.KindDequeue:
+		if !r.OK {
+			return "queue empty"
+		}
+		return fmt.Sprintf("dequeued #%d %q (%d left)", r.Int, r.Value, r.Len)
+	case client.KindAppend:
+		return fmt.Sprintf("ok (length %d)", r.Int)
 	}
 	var parts []string
 	if r.Found {
@@ -321,5 +351,5 @@ func runStrong(cmd *cobra.Command, cf *clientFlags, op client.Op) error {
 		return err
 	}
 	defer c.Close()
-	return printViews(cmd.OutOrStdout(), c.InvokeStrong(ctx, op), cf.json)
+	return printViews(cmd.OutOrStdout(), op, c.InvokeStrong(ctx, op), cf.json)
 }
