@@ -237,6 +237,11 @@ func printViews(w io.Writer, op client.Op, cor *correctable.Correctable[client.R
 	if err := cor.Err(); err != nil {
 		return err
 	}
+	// The operation ran but the state machine refused it (a bad argument,
+	// incr on a non-number...): the views said so; the exit code does too.
+	if v, ok := cor.Latest(); ok && v.Value.Err != nil {
+		return fmt.Errorf("%s: %w", op, v.Value.Err)
+	}
 	return nil
 }
 
