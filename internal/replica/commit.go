@@ -135,24 +135,64 @@ func (r *Replica) commit(ops []*Req) error {
 
 	// The new order after the committed list: the newly committed
 	// operations, then the rest of the tentative list (Algorithm 1 line 53).
-	// What the tentative list executed in that order already stands; only
-	// the rest is rolled back and executed (adjustExecution, line 42).
-	next := make([]*Req, 0, len(r.tentative)+len(fresh))
-	next = append(next, fresh...)
-	for _, e := range r.tentative {
-		if !committedNow[e.req.ID] {
-			next = append(next, e.req)
-		}
+	// Executed operations at the start of the tentative list that are newly
+	// committed stand, unless one of them conflicts with a newly committed
+	// operation that must precede it and is not among them; the rest is
+	// rolled back and executed in the new order (adjustExecution, line 42).
+	// Only committed operations may stay below the point of rollback: their
+	// undo records are dropped.
+	posFresh := make(map[OpID]int, len(fresh))
+	for i, q := range fresh {
+		posFresh[q.ID] = i
 	}
+	kept := map[OpID]bool{}
 	keep := 0
-	for keep < len(next) && keep < len(r.tentative) && r.tentative[keep].req.ID == next[keep].ID {
+	for keep < len(r.tentative) {
+		u := r.tentative[keep].req
+		pu, ok := posFresh[u.ID]
+		if !ok {
+			break
+		}
+		blocked := false
+		for _, f := range fresh[:pu] {
+			if !kept[f.ID] && conflicts(u, f) {
+				blocked = true
+				break
+			}
+		}
+		if blocked {
+			break
+		}
+		kept[u.ID] = true
 		keep++
 	}
-	r.rollbackTo(keep)
-	r.reexec(next[keep:])
+	var rest []*Req
+	if keep < len(fresh) {
+		// Otherwise every newly committed operation stands where it was
+		// executed, at the bottom, and the tentative ones above it too.
+		rest = r.rollbackTo(keep)
+	}
+	next := make([]*Req, 0, len(rest)+len(fresh))
+	for _, q := range fresh {
+		if !kept[q.ID] {
+			next = append(next, q)
+		}
+	}
+	var remaining []*Req
+	for _, q := range rest {
+		if !committedNow[q.ID] {
+			remaining = append(remaining, q)
+		}
+	}
+	slices.SortFunc(remaining, compareReq)
+	r.reexec(append(next, remaining...))
+	byID := make(map[OpID]state.Result, len(fresh))
+	for _, e := range r.tentative[:len(fresh)] {
+		byID[e.req.ID] = e.result
+	}
 	results := make([]state.Result, len(fresh))
-	for i := range fresh {
-		results[i] = r.tentative[i].result
+	for i, q := range fresh {
+		results[i] = byID[q.ID]
 	}
 	// The committed operations leave the tentative list; their effects stay
 	// in the state and their undo records are never needed again (they are
@@ -373,6 +413,7 @@ func (r *Replica) serveReads() {
 			results[i] = res
 		}
 	})
+	r.stats.Reads += len(due)
 	for i, id := range due {
 		pr := r.reads[id]
 		delete(r.reads, id)
@@ -381,4 +422,19 @@ func (r *Replica) serveReads() {
 			Confirmed: pr.sent && results[i].Equal(pr.tentative),
 		})
 	}
+}
+
+// conflicts reports whether two operations touch a common key or queue:
+// operations that do not commute, whose relative order matters. Every
+// operation in the lists may write, so a common key is a conflict.
+func conflicts(a, b *Req) bool {
+	fa, fb := a.footprint(), b.footprint()
+	for _, x := range fa {
+		for _, y := range fb {
+			if x == y || x == "*" || y == "*" {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -175,8 +175,8 @@ func (e *interactionEnv) handle(t *testing.T, d *datadriven.TestData) string {
 				fmt.Fprintf(&b, "%d: down\n", id)
 			} else {
 				s := n.rep.Stats()
-				fmt.Fprintf(&b, "%d: executions=%d rollbacks=%d committed=%d strong-committed=%d strong-accurate=%d max-tentative=%d\n",
-					id, s.Executions, s.Rollbacks, s.Committed, s.StrongCommitted, s.StrongAccurate, s.TentativeMaxDepth)
+				fmt.Fprintf(&b, "%d: executions=%d reads=%d rollbacks=%d committed=%d strong-committed=%d strong-accurate=%d max-tentative=%d\n",
+					id, s.Executions, s.Reads, s.Rollbacks, s.Committed, s.StrongCommitted, s.StrongAccurate, s.TentativeMaxDepth)
 			}
 		}
 	case "views":

@@ -123,7 +123,8 @@ type Ready struct {
 
 // Stats counts work done, for the measurements of Creek §6.
 type Stats struct {
-	Executions        int // operation executions, re-executions included
+	Executions        int // executions of updates, re-executions included
+	Reads             int // executions of read-only operations
 	Rollbacks         int // executions undone
 	Committed         int // operations moved to the committed list
 	StrongCommitted   int // own strong operations that got a stable view
@@ -163,8 +164,12 @@ type Replica struct {
 	node *consensus.Node
 	clk  hlc
 
-	// st holds the committed state with the tentative list applied on top;
-	// tentative[i] was applied with undo tentative[i].undo.
+	// st holds the committed state with the tentative operations applied on
+	// top, in the order of tentative; tentative[i] was applied with undo
+	// tentative[i].undo. That execution order may differ from the (TS, ID)
+	// order only by swapping operations that commute (touch disjoint keys):
+	// every pair that conflicts is executed in (TS, ID) order, so every
+	// result is the one the (TS, ID) order gives.
 	st        *state.State
 	tentative []executed
 	committed []OpID
@@ -278,11 +283,18 @@ func (r *Replica) Leader() uint64 { return r.node.Status().Lead }
 // Committed returns the committed order (a copy).
 func (r *Replica) Committed() []OpID { return slices.Clone(r.committed) }
 
-// Tentative returns the tentative order (a copy).
+// Tentative returns the tentative order: the uncommitted operations by
+// (TS, ID). (They may have been executed in another order that differs only
+// by operations that commute.)
 func (r *Replica) Tentative() []OpID {
-	ids := make([]OpID, len(r.tentative))
+	reqs := make([]*Req, len(r.tentative))
 	for i, e := range r.tentative {
-		ids[i] = e.req.ID
+		reqs[i] = e.req
+	}
+	slices.SortFunc(reqs, compareReq)
+	ids := make([]OpID, len(reqs))
+	for i, q := range reqs {
+		ids[i] = q.ID
 	}
 	return ids
 }
@@ -395,7 +407,7 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 func (r *Replica) execRead(op state.Op) state.Result {
 	res, undo := r.st.Apply(op)
 	r.st.Revert(undo) // read-only: nothing to undo, but keep the contract
-	r.stats.Executions++
+	r.stats.Reads++
 	return res
 }
 
@@ -424,15 +436,30 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	if req.TS > r.lastTS[o] {
 		r.lastTS[o] = req.TS
 	}
-	// Insert at its place in (TS, ID) order, rolling back what follows.
-	pos, _ := slices.BinarySearchFunc(r.tentative, req, func(e executed, t *Req) int { return compareReq(e.req, t) })
-	rest := r.rollbackTo(pos)
-	res := r.exec(req)
+	// Insert it at its place in (TS, ID) order (adjustTentativeOrder).
+	// Rollbacks only where necessary (Creek §4.4): operations ordered after
+	// it that touch none of its keys commute with it and stay executed; the
+	// first one that conflicts, and everything executed after it, is rolled
+	// back and re-executed in order with the newcomer.
+	c := len(r.tentative)
+	for i, e := range r.tentative {
+		if compareReq(e.req, req) > 0 && conflicts(e.req, req) {
+			c = i
+			break
+		}
+	}
+	rest := append(r.rollbackTo(c), req)
+	slices.SortFunc(rest, compareReq)
 	r.reexec(rest)
 	if len(r.tentative) > r.stats.TentativeMaxDepth {
 		r.stats.TentativeMaxDepth = len(r.tentative)
 	}
-	return res, true
+	for i := len(r.tentative) - 1; i >= c; i-- {
+		if r.tentative[i].req == req {
+			return r.tentative[i].result, true
+		}
+	}
+	panic("replica: received operation not executed") // unreachable: it is in rest
 }
 
 // rollbackTo undoes the tentative operations from pos on, latest first, and

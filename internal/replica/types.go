@@ -65,6 +65,43 @@ type Req struct {
 	// Ctx is the causal context of a strong operation: the operations its
 	// origin had received when it was accepted (itself included).
 	Ctx VV
+
+	fp []string // footprint, computed on first use
+}
+
+// footprint lists the keys and queues the operation touches, queues
+// prefixed so that they never equal a key.
+func (r *Req) footprint() []string {
+	if r.fp != nil {
+		return r.fp
+	}
+	op := r.Op
+	fp := []string{}
+	switch op.Kind {
+	case state.OpEnqueue, state.OpDequeue:
+		fp = append(fp, "q\x00"+op.Key)
+	case state.OpTxn:
+		if op.Txn != nil {
+			for _, g := range op.Txn.Guards {
+				fp = append(fp, "k\x00"+g.Key)
+			}
+			for _, w := range op.Txn.Then {
+				fp = append(fp, "k\x00"+w.Key)
+			}
+			for _, w := range op.Txn.Else {
+				fp = append(fp, "k\x00"+w.Key)
+			}
+		}
+	case state.OpNoop:
+	case state.OpScan:
+		// Read-only operations never enter the lists; should one, it
+		// conflicts with everything.
+		fp = append(fp, "*")
+	default:
+		fp = append(fp, "k\x00"+op.Key)
+	}
+	r.fp = fp
+	return fp
 }
 
 // less is the tentative order: by timestamp, then by id.

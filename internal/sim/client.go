@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/correctables/correctables/internal/history"
@@ -158,5 +159,22 @@ func Mixed(r *rand.Rand, keys int) state.Op {
 			Then:   []state.Write{{Key: key(), Value: val()}},
 			Else:   []state.Write{{Key: k, Value: val()}},
 		}}
+	}
+}
+
+// KV is a workload of single-key operations only (get, put, incr, CAS),
+// with no queue and no scan: with many keys, operations rarely conflict.
+func KV(r *rand.Rand, keys int) state.Op {
+	key := "k" + strconv.Itoa(r.IntN(keys))
+	val := []byte{byte('0' + r.IntN(10))}
+	switch p := r.IntN(100); {
+	case p < 40:
+		return state.Op{Kind: state.OpGet, Key: key}
+	case p < 70:
+		return state.Op{Kind: state.OpPut, Key: key, Value: val}
+	case p < 90:
+		return state.Op{Kind: state.OpIncr, Key: "n" + key, Delta: 1}
+	default:
+		return state.Op{Kind: state.OpCAS, Key: key, Expected: val, Value: []byte{byte('0' + r.IntN(10))}}
 	}
 }
