@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -258,5 +259,72 @@ func TestSnapshotCatchUp(t *testing.T) {
 	}
 	if got := string(views[0].GetResult().GetValue()); got != "98" {
 		t.Fatalf("k0 weak read at the restarted replica: %q, want 98", got)
+	}
+}
+
+// The metrics count what happened: operations by protocol, views by kind,
+// confirmations, wire bytes.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	addr := freeAddr(t)
+	s, err := New(Config{
+		ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr,
+		Storage: &memStorage{MemoryStorage: raft.NewMemoryStorage()},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: NewMetrics(reg, "1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dial(t, addr)
+	for i := 0; i < 3; i++ {
+		if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("k", "v"), Preliminary: true, Final: true, Strong: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "replica" {
+					name += "{" + l.GetValue() + "}"
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"correctables_operations_total{strong}":          3,
+		"correctables_operations_total{weak}":            1,
+		"correctables_view_latency_seconds{preliminary}": 4,
+		"correctables_view_latency_seconds{final}":       3,
+		// Every put's final view equals its preliminary one here.
+		"correctables_final_views_total{confirmed}": 3,
+		"correctables_final_views_total{diverged}":  0,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", name, got[name], want, got)
+		}
+	}
+	if got["correctables_wire_bytes_total{in}"] <= 0 || got["correctables_wire_bytes_total{out}"] <= 0 {
+		t.Errorf("wire bytes not counted: %v", got)
 	}
 }
