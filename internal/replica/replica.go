@@ -511,3 +511,9 @@ func (r *Replica) Stamp() Stamp { return r.stamp() }
 // TransferLeadership asks raft to hand leadership to id (effective only on
 // the leader).
 func (r *Replica) TransferLeadership(id uint64) { r.node.TransferLeadership(id) }
+
+// Term returns the raft term this replica is in.
+func (r *Replica) Term() uint64 { return r.node.Status().GetTerm() }
+
+// TentativeLen returns the number of tentative operations.
+func (r *Replica) TentativeLen() int { return len(r.tentative) }

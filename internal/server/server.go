@@ -389,10 +389,11 @@ func (s *Server) failWaiting() {
 }
 
 func (s *Server) statusReply() *api.StatusReply {
+	st := s.rep.Stamp()
 	return &api.StatusReply{
-		Id: s.cfg.ID, Leader: s.rep.Leader(), AppliedIndex: s.rep.Stamp().AppliedIndex,
-		CommittedOps: uint64(len(s.rep.Committed())), TentativeOps: uint64(len(s.rep.Tentative())),
-		Vv: map[uint64]uint64(s.rep.Stamp().VV),
+		Id: s.cfg.ID, Leader: s.rep.Leader(), Term: s.rep.Term(), AppliedIndex: st.AppliedIndex,
+		CommittedOps: uint64(st.CommittedCount), TentativeOps: uint64(s.rep.TentativeLen()),
+		Vv: map[uint64]uint64(st.VV),
 	}
 }
 
