@@ -26,6 +26,9 @@ func (r *Replica) propose(req *Req) {
 	var ops []*Req
 	for _, e := range r.tentative {
 		q := e.req
+		if e.committed {
+			continue
+		}
 		if q == req || q.ID.Seq <= req.Ctx[q.ID.Origin] {
 			ops = append(ops, q)
 		}
@@ -36,9 +39,11 @@ func (r *Replica) propose(req *Req) {
 // proposeNoop commits this replica's tentative operations without a client
 // operation (the periodic strong no-op of Creek §4.4).
 func (r *Replica) proposeNoop() {
-	ops := make([]*Req, len(r.tentative))
-	for i, e := range r.tentative {
-		ops[i] = e.req
+	var ops []*Req
+	for _, e := range r.tentative {
+		if !e.committed {
+			ops = append(ops, e.req)
+		}
 	}
 	r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: ops})
 }
@@ -108,10 +113,6 @@ func (r *Replica) commit(ops []*Req) error {
 	}
 	slices.SortFunc(fresh, compareReq)
 
-	committedNow := make(map[OpID]bool, len(fresh))
-	for _, q := range fresh {
-		committedNow[q.ID] = true
-	}
 	for _, q := range fresh {
 		o := q.ID.Origin
 		r.committedVV[o] = q.ID.Seq
@@ -133,71 +134,70 @@ func (r *Replica) commit(ops []*Req) error {
 		delete(r.arrived, q.ID)
 	}
 
-	// The new order after the committed list: the newly committed
-	// operations, then the rest of the tentative list (Algorithm 1 line 53).
-	// Executed operations at the start of the tentative list that are newly
-	// committed stand, unless one of them conflicts with a newly committed
-	// operation that must precede it and is not among them; the rest is
-	// rolled back and executed in the new order (adjustExecution, line 42).
-	// Only committed operations may stay below the point of rollback: their
-	// undo records are dropped.
+	// The new logical order: the committed list (now with fresh at its
+	// end), then the remaining tentative operations by (TS, ID) (Algorithm 1
+	// line 53). The stack keeps its longest prefix in which no operation has
+	// a conflicting operation that must now precede it but is above it or
+	// not executed yet; the rest is rolled back and executed in the new
+	// order (adjustExecution, line 42). Rollbacks only where necessary:
+	// operations that commute keep their place, committed or not.
+	base := r.committedCount() - len(fresh)
 	posFresh := make(map[OpID]int, len(fresh))
 	for i, q := range fresh {
-		posFresh[q.ID] = i
+		posFresh[q.ID] = base + i
 	}
-	kept := map[OpID]bool{}
-	keep := 0
-	for keep < len(r.tentative) {
-		u := r.tentative[keep].req
-		pu, ok := posFresh[u.ID]
-		if !ok {
-			break
+	inStack := map[OpID]bool{}
+	for i := range r.tentative {
+		e := &r.tentative[i]
+		if p, ok := posFresh[e.req.ID]; ok {
+			e.committed, e.cpos = true, p
+			inStack[e.req.ID] = true
 		}
-		blocked := false
-		for _, f := range fresh[:pu] {
-			if !kept[f.ID] && conflicts(u, f) {
-				blocked = true
+	}
+	var missing []executed
+	for _, q := range fresh {
+		if !inStack[q.ID] {
+			missing = append(missing, executed{req: q, committed: true, cpos: posFresh[q.ID]})
+		}
+	}
+	keep := len(r.tentative)
+	for i := 0; i < keep; i++ {
+		x := r.tentative[i]
+		bad := false
+		for _, y := range r.tentative[i+1:] {
+			if before(y, x) < 0 && conflicts(x.req, y.req) {
+				bad = true
 				break
 			}
 		}
-		if blocked {
-			break
+		for _, y := range missing {
+			if bad || (before(y, x) < 0 && conflicts(x.req, y.req)) {
+				bad = true
+				break
+			}
 		}
-		kept[u.ID] = true
-		keep++
-	}
-	var rest []*Req
-	if keep < len(fresh) {
-		// Otherwise every newly committed operation stands where it was
-		// executed, at the bottom, and the tentative ones above it too.
-		rest = r.rollbackTo(keep)
-	}
-	next := make([]*Req, 0, len(rest)+len(fresh))
-	for _, q := range fresh {
-		if !kept[q.ID] {
-			next = append(next, q)
+		if bad {
+			keep = i
 		}
 	}
-	var remaining []*Req
-	for _, q := range rest {
-		if !committedNow[q.ID] {
-			remaining = append(remaining, q)
-		}
-	}
-	slices.SortFunc(remaining, compareReq)
-	r.reexec(append(next, remaining...))
+	r.reexec(append(r.rollbackTo(keep), missing...))
 	byID := make(map[OpID]state.Result, len(fresh))
-	for _, e := range r.tentative[:len(fresh)] {
-		byID[e.req.ID] = e.result
+	for _, e := range r.tentative {
+		if _, ok := posFresh[e.req.ID]; ok {
+			byID[e.req.ID] = e.result
+		}
 	}
 	results := make([]state.Result, len(fresh))
 	for i, q := range fresh {
 		results[i] = byID[q.ID]
 	}
-	// The committed operations leave the tentative list; their effects stay
-	// in the state and their undo records are never needed again (they are
-	// below everything that can still be rolled back).
-	r.tentative = slices.Delete(r.tentative, 0, len(fresh))
+	// Committed operations at the bottom of the stack join the base: nothing
+	// below them can be rolled back any more, so their undo records go.
+	drop := 0
+	for drop < len(r.tentative) && r.tentative[drop].committed {
+		drop++
+	}
+	r.tentative = slices.Delete(r.tentative, 0, drop)
 	r.stats.Committed += len(fresh)
 	for i, q := range fresh {
 		r.rememberResult(q.ID, results[i])
@@ -319,7 +319,7 @@ func (r *Replica) Tick() {
 // it by then, so the origin may be down.
 func (r *Replica) staleForeign() bool {
 	for _, e := range r.tentative {
-		if e.req.ID.Origin != r.cfg.ID && r.ticks-r.arrived[e.req.ID] >= 4*r.cfg.NoopTicks {
+		if !e.committed && e.req.ID.Origin != r.cfg.ID && r.ticks-r.arrived[e.req.ID] >= 4*r.cfg.NoopTicks {
 			return true
 		}
 	}

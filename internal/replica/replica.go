@@ -149,11 +149,31 @@ type pendingRead struct {
 	askedAt   int
 }
 
-// executed is one tentative operation applied to the state.
+// executed is one operation applied to the state above the base (the
+// committed operations whose undo records were dropped).
 type executed struct {
 	req    *Req
 	result state.Result
 	undo   state.Undo
+	// committed marks an operation already in the committed list, at
+	// position cpos, kept in the stack (with its undo record) because
+	// tentative operations it commutes with were executed below it.
+	committed bool
+	cpos      int
+}
+
+// before is the logical order of the stack: committed operations by their
+// place in the committed list, then tentative ones by (TS, ID).
+func before(a, b executed) int {
+	switch {
+	case a.committed && b.committed:
+		return a.cpos - b.cpos
+	case a.committed:
+		return -1
+	case b.committed:
+		return 1
+	}
+	return compareReq(a.req, b.req)
 }
 
 // Replica is the Creek core of one replica (Algorithm 1): a deterministic
@@ -287,9 +307,11 @@ func (r *Replica) Committed() []OpID { return slices.Clone(r.committed) }
 // (TS, ID). (They may have been executed in another order that differs only
 // by operations that commute.)
 func (r *Replica) Tentative() []OpID {
-	reqs := make([]*Req, len(r.tentative))
-	for i, e := range r.tentative {
-		reqs[i] = e.req
+	var reqs []*Req
+	for _, e := range r.tentative {
+		if !e.committed {
+			reqs = append(reqs, e.req)
+		}
 	}
 	slices.SortFunc(reqs, compareReq)
 	ids := make([]OpID, len(reqs))
@@ -349,7 +371,7 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	if cr.Op.ReadOnly() {
 		return r.submitRead(cr)
 	}
-	if len(r.tentative) >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
+	if r.TentativeLen() >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
 		return ErrBusy
 	}
 	r.seq++
@@ -441,18 +463,17 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	// it that touch none of its keys commute with it and stay executed; the
 	// first one that conflicts, and everything executed after it, is rolled
 	// back and re-executed in order with the newcomer.
+	x := executed{req: req}
 	c := len(r.tentative)
 	for i, e := range r.tentative {
-		if compareReq(e.req, req) > 0 && conflicts(e.req, req) {
+		if before(e, x) > 0 && conflicts(e.req, req) {
 			c = i
 			break
 		}
 	}
-	rest := append(r.rollbackTo(c), req)
-	slices.SortFunc(rest, compareReq)
-	r.reexec(rest)
-	if len(r.tentative) > r.stats.TentativeMaxDepth {
-		r.stats.TentativeMaxDepth = len(r.tentative)
+	r.reexec(append(r.rollbackTo(c), x))
+	if n := r.TentativeLen(); n > r.stats.TentativeMaxDepth {
+		r.stats.TentativeMaxDepth = n
 	}
 	for i := len(r.tentative) - 1; i >= c; i-- {
 		if r.tentative[i].req == req {
@@ -462,46 +483,64 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	panic("replica: received operation not executed") // unreachable: it is in rest
 }
 
-// rollbackTo undoes the tentative operations from pos on, latest first, and
-// returns them in order.
-func (r *Replica) rollbackTo(pos int) []*Req {
-	var rest []*Req
+// rollbackTo undoes the stack from pos on, latest first, and returns what
+// it undid, bottom first.
+func (r *Replica) rollbackTo(pos int) []executed {
 	for i := len(r.tentative) - 1; i >= pos; i-- {
 		r.st.Revert(r.tentative[i].undo)
 		r.stats.Rollbacks++
 	}
-	for _, e := range r.tentative[pos:] {
-		rest = append(rest, e.req)
-	}
+	rest := slices.Clone(r.tentative[pos:])
 	r.tentative = r.tentative[:pos]
 	return rest
 }
 
-func (r *Replica) exec(req *Req) state.Result {
-	res, undo := r.st.Apply(req.Op)
-	r.stats.Executions++
-	r.tentative = append(r.tentative, executed{req: req, result: res, undo: undo})
-	return res
-}
-
-func (r *Replica) reexec(reqs []*Req) {
-	for _, q := range reqs {
-		r.exec(q)
+// reexec executes operations on top of the stack in the logical order.
+// Every pair that conflicts ends up executed in that order, which is what
+// makes each result the one the logical order gives.
+func (r *Replica) reexec(es []executed) {
+	slices.SortStableFunc(es, before)
+	for _, e := range es {
+		res, undo := r.st.Apply(e.req.Op)
+		r.stats.Executions++
+		e.result, e.undo = res, undo
+		r.tentative = append(r.tentative, e)
 	}
 }
 
-// withCommitted runs f on the committed state: it rolls the tentative list
-// back, runs f, and re-executes the list. Batched per Ready for strong reads.
+// exec executes a new tentative operation on top of the stack.
+func (r *Replica) exec(req *Req) state.Result {
+	r.reexec([]executed{{req: req}})
+	return r.tentative[len(r.tentative)-1].result
+}
+
+// withCommitted runs f on the committed state: it rolls the stack back,
+// applies the committed operations that were in it (in stack order, which
+// keeps every conflicting pair in order), runs f, and restores the stack.
+// Batched per Ready for strong reads.
 func (r *Replica) withCommitted(f func(*state.State)) {
 	if len(r.tentative) == 0 {
 		f(r.st)
 		return
 	}
-	// This rollback is not a reordering: keep it out of the counters.
+	// None of this is a reordering: keep it out of the counters.
 	saved := r.stats
 	rest := r.rollbackTo(0)
+	var undos []state.Undo
+	for _, e := range rest {
+		if e.committed {
+			_, u := r.st.Apply(e.req.Op)
+			undos = append(undos, u)
+		}
+	}
 	f(r.st)
-	r.reexec(rest)
+	for i := len(undos) - 1; i >= 0; i-- {
+		r.st.Revert(undos[i])
+	}
+	for _, e := range rest {
+		e.result, e.undo = r.st.Apply(e.req.Op)
+		r.tentative = append(r.tentative, e)
+	}
 	r.stats = saved
 }
 
@@ -516,4 +555,12 @@ func (r *Replica) TransferLeadership(id uint64) { r.node.TransferLeadership(id) 
 func (r *Replica) Term() uint64 { return r.node.Status().GetTerm() }
 
 // TentativeLen returns the number of tentative operations.
-func (r *Replica) TentativeLen() int { return len(r.tentative) }
+func (r *Replica) TentativeLen() int {
+	n := 0
+	for _, e := range r.tentative {
+		if !e.committed {
+			n++
+		}
+	}
+	return n
+}

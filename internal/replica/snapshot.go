@@ -178,10 +178,10 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 		return nil // already past it
 	}
 	// Keep what is newer than the snapshot.
-	var keep []*Req
+	var keep []executed
 	for _, e := range r.tentative {
-		if e.req.ID.Seq > cvv[e.req.ID.Origin] {
-			keep = append(keep, e.req)
+		if !e.committed && e.req.ID.Seq > cvv[e.req.ID.Origin] {
+			keep = append(keep, executed{req: e.req})
 		}
 	}
 	r.tentative = nil
@@ -236,7 +236,6 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 			delete(r.pendingStrong, id)
 		}
 	}
-	slices.SortFunc(keep, compareReq)
 	r.reexec(keep)
 	return nil
 }
