@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -59,7 +61,16 @@ or pileus-2013 (England, US-West, India; client region China).`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "correctables: %d replicas up, data in %s\n", replicas, dir)
+			// Ready means a leader is elected: strong operations commit at
+			// once from here on.
+			wctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			lead, err := c.WaitLeader(wctx)
+			cancel()
+			if err != nil {
+				c.Stop()
+				return err
+			}
+			fmt.Fprintf(out, "correctables: %d replicas up, replica %d leads, data in %s\n", replicas, lead, dir)
 			for i, ep := range c.Endpoints {
 				where := ""
 				if len(c.Regions) > 0 {

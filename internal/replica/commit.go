@@ -282,6 +282,7 @@ func (r *Replica) answerSync(m Message) {
 func (r *Replica) Tick() {
 	r.ticks++
 	r.node.Tick()
+	r.checkLeader()
 	if r.ticks%r.cfg.GossipTicks == 0 {
 		for _, p := range r.cfg.Peers {
 			if p != r.cfg.ID {
@@ -326,6 +327,33 @@ func (r *Replica) staleForeign() bool {
 	return false
 }
 
+// checkLeader notices a new leader: what was proposed or asked without one
+// (raft drops it) or through the old one is likely lost, so it is asked
+// again now rather than after RetryTicks. Duplicates are skipped at
+// delivery.
+func (r *Replica) checkLeader() {
+	lead := r.node.Status().Lead
+	if lead == r.lastLead {
+		return
+	}
+	r.lastLead = lead
+	if lead == 0 {
+		return
+	}
+	for _, id := range sortedIDs(r.pendingStrong) {
+		r.pendingStrong[id] = r.ticks
+		if q, ok := r.Op(id); ok {
+			r.propose(q)
+		}
+	}
+	for _, id := range sortedKeys(r.reads) {
+		if pr := r.reads[id]; pr.index == 0 {
+			pr.askedAt = r.ticks
+			r.node.ReadIndex(readCtx(id))
+		}
+	}
+}
+
 // ownTentative reports whether an operation of this replica awaits commit.
 func (r *Replica) ownTentative() bool {
 	return r.vv[r.cfg.ID] > r.committedVV[r.cfg.ID]
@@ -341,6 +369,7 @@ func (r *Replica) HasReady() bool {
 func (r *Replica) Ready() (Ready, error) {
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
+		defer r.checkLeader()
 		if rrd.Snapshot != nil && !raft.IsEmptySnap(rrd.Snapshot) {
 			if err := r.restore(rrd.Snapshot); err != nil {
 				return Ready{}, err

@@ -210,9 +210,10 @@ type Replica struct {
 	// issued with every earlier operation received (for stable time).
 	lastTS map[uint64]uint64
 
-	seq     uint64 // last sequence number issued here
-	applied uint64 // last raft index applied
-	ticks   int
+	lastLead uint64 // the leader seen at the last tick
+	seq      uint64 // last sequence number issued here
+	applied  uint64 // last raft index applied
+	ticks    int
 
 	// arrived is the tick each tentative operation arrived at.
 	arrived       map[OpID]int
