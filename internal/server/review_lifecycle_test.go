@@ -1,0 +1,311 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/replica"
+)
+
+func reviewQuiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func reviewMem() Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} }
+
+// within fails the test if f does not return within d.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v", what, d)
+	}
+}
+
+// Stop before Start, and Stop twice, return at once.
+func TestReviewStopBeforeStartAndTwice(t *testing.T) {
+	addr := freeAddr(t)
+	s, err := New(Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: reviewMem(), Logger: reviewQuiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, 3*time.Second, "Stop before Start", func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	within(t, 3*time.Second, "second Stop", func() { s.Stop() })
+
+	addr = freeAddr(t)
+	s, err = New(Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: reviewMem(), Logger: reviewQuiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 5*time.Second, "Stop", func() { s.Stop() })
+	within(t, 3*time.Second, "second Stop", func() { s.Stop() })
+	// Concurrent Stops after the first one are fine too.
+	within(t, 3*time.Second, "concurrent Stops", func() {
+		done := make(chan struct{})
+		for range 4 {
+			go func() { s.Stop(); done <- struct{}{} }()
+		}
+		for range 4 {
+			<-done
+		}
+	})
+}
+
+// A replica whose peers never come up: a strong put waits; Stop ends it with
+// Unavailable, and Stop itself returns promptly (peer goroutines that keep
+// redialling a dead address included).
+func TestReviewStopWithRequestsInFlightAndDeadPeers(t *testing.T) {
+	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}
+	s, err := New(Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, peers[1])
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Preliminary view arrives; the final one cannot (no quorum).
+	st, err := c.Invoke(ctx, &api.InvokeRequest{Op: put("k", "v"), Preliminary: true, Final: true, Strong: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := st.Recv(); err != nil || v.GetFinal() {
+		t.Fatalf("first view: %v %v", v, err)
+	}
+	// A strong read too (it waits for a read index).
+	rd, err := c.Invoke(ctx, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Final: true, Strong: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the peers fail to connect a few times
+	within(t, 5*time.Second, "Stop with requests in flight", func() { s.Stop() })
+	for _, recv := range []func() error{
+		func() error { _, err := st.Recv(); return err },
+		func() error { _, err := rd.Recv(); return err },
+	} {
+		if err := recv(); status.Code(err) != codes.Unavailable {
+			t.Errorf("stream after Stop: %v, want Unavailable", err)
+		}
+	}
+	within(t, 3*time.Second, "second Stop", func() { s.Stop() })
+}
+
+// A client that cancels its stream while the final view cannot come does not
+// keep an inflight slot: MaxInflight requests abandoned one after the other
+// leave room for more.
+func TestReviewCancelledStreamsFreeInflight(t *testing.T) {
+	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}
+	s, err := New(Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet(), MaxInflight: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	c := dial(t, peers[1])
+	for i := range 12 {
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := c.Invoke(ctx, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true, Final: true, Strong: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		cancel()
+	}
+	// The server notices the cancellations asynchronously; allow a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := invoke(ctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true})
+		cancel()
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("weak read after abandoned strong reads: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// MaxInflight requests really in flight exhaust the semaphore, with
+	// ResourceExhausted, not a hang.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 4 {
+		st, err := c.Invoke(ctx, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true, Final: true, Strong: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("held request %d: %v", i, err)
+		}
+	}
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer tcancel()
+	if _, err := invoke(tctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("request over MaxInflight: %v, want ResourceExhausted", err)
+	}
+}
+
+// Hostile operations: every one is InvalidArgument and none changes the
+// state.
+func TestReviewHostileOps(t *testing.T) {
+	servers := startCluster(t, 1, func(uint64) Storage { return reviewMem() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dial(t, servers[0].ClientAddr())
+	big := make([]byte, 1<<20+1)
+	writes := func(n int) []*api.Write {
+		ws := make([]*api.Write, n)
+		for i := range ws {
+			ws[i] = &api.Write{Key: "w", Value: []byte("v")}
+		}
+		return ws
+	}
+	for _, tc := range []struct {
+		name string
+		op   *api.Op
+	}{
+		{"negative scan limit", &api.Op{Kind: api.Kind_KIND_SCAN, Limit: -1}},
+		{"min int32 scan limit", &api.Op{Kind: api.Kind_KIND_SCAN, Limit: -1 << 31}},
+		{"huge scan limit", &api.Op{Kind: api.Kind_KIND_SCAN, Limit: 1<<31 - 1}},
+		{"scan limit just over", &api.Op{Kind: api.Kind_KIND_SCAN, Limit: 1001}},
+		{"txn without txn", &api.Op{Kind: api.Kind_KIND_TXN}},
+		{"txn too many writes", &api.Op{Kind: api.Kind_KIND_TXN, Txn: &api.Txn{ThenWrites: writes(129)}}},
+		{"txn too many across branches", &api.Op{Kind: api.Kind_KIND_TXN, Txn: &api.Txn{ThenWrites: writes(64), ElseWrites: writes(64),
+			Guards: []*api.Guard{{Key: "g", Cmp: api.Cmp_CMP_EXISTS}}}}},
+		{"txn nil guard", &api.Op{Kind: api.Kind_KIND_TXN, Txn: &api.Txn{Guards: []*api.Guard{nil}, ThenWrites: writes(1)}}},
+		{"txn unspecified cmp", &api.Op{Kind: api.Kind_KIND_TXN, Txn: &api.Txn{Guards: []*api.Guard{{Key: "g"}}, ThenWrites: writes(1)}}},
+		{"txn unknown cmp", &api.Op{Kind: api.Kind_KIND_TXN, Txn: &api.Txn{Guards: []*api.Guard{{Key: "g", Cmp: 42}}, ThenWrites: writes(1)}}},
+		{"txn write value too large", &api.Op{Kind: api.Kind_KIND_TXN, Txn: &api.Txn{ThenWrites: []*api.Write{{Key: "w", Value: big}}}}},
+		{"txn write key too large", &api.Op{Kind: api.Kind_KIND_TXN, Txn: &api.Txn{ThenWrites: []*api.Write{{Key: strings.Repeat("k", 5000), Value: []byte("v")}}}}},
+		{"txn on a put", &api.Op{Kind: api.Kind_KIND_PUT, Key: "w", Value: []byte("v"), Txn: &api.Txn{ThenWrites: writes(1)}}},
+		{"cas expect absent and expected", &api.Op{Kind: api.Kind_KIND_CAS, Key: "w", Value: []byte("v"), Expected: []byte("x"), ExpectAbsent: true}},
+		{"cas expected too large", &api.Op{Kind: api.Kind_KIND_CAS, Key: "w", Value: []byte("v"), Expected: big}},
+		{"enqueue item too large", &api.Op{Kind: api.Kind_KIND_ENQUEUE, Key: "w", Value: big}},
+		{"limit on a put", &api.Op{Kind: api.Kind_KIND_PUT, Key: "w", Value: []byte("v"), Limit: 5}},
+		{"negative kind", &api.Op{Kind: -1, Key: "w"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, req := range []*api.InvokeRequest{
+				{Op: tc.op, Preliminary: true},
+				{Op: tc.op, Preliminary: true, Final: true, Strong: true},
+			} {
+				_, err := invoke(ctx, c, req)
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("%v: want InvalidArgument, got %v", req, err)
+				}
+			}
+		})
+	}
+	views, err := invoke(ctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_SCAN}, Final: true, Strong: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(views[0].GetResult().GetItems()); n != 0 {
+		t.Fatalf("hostile requests changed the state: %d keys", n)
+	}
+	// Requests over the gRPC message limit are refused by gRPC itself.
+	_, err = invoke(ctx, c, &api.InvokeRequest{Op: put("k", string(make([]byte, maxMessage+1))), Preliminary: true})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized message: %v, want ResourceExhausted", err)
+	}
+}
+
+// The peer service refuses envelopes from non-peers, from itself, with
+// undecodable or misaddressed messages; nothing reaches the replica, and the
+// replica keeps serving.
+func TestReviewPeerEnvelopeValidation(t *testing.T) {
+	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t)}
+	s, err := New(Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	conn, err := grpc.NewClient(peers[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pc := api.NewPeerClient(conn)
+	enc := func(m replica.Message) []byte {
+		b, err := replica.EncodeMessage(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sync := func(from, to uint64) []byte {
+		return enc(replica.Message{Type: replica.MsgSync, From: from, To: to, VV: replica.VV{from: 0}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		env  *api.PeerEnvelope
+	}{
+		{"no sender", &api.PeerEnvelope{Messages: [][]byte{sync(0, 1)}}},
+		{"non-peer", &api.PeerEnvelope{From: 99, Messages: [][]byte{sync(99, 1)}}},
+		{"itself", &api.PeerEnvelope{From: 1, Messages: [][]byte{sync(1, 1)}}},
+		{"garbage", &api.PeerEnvelope{From: 2, Messages: [][]byte{{0xff, 0xff, 0xff}}}},
+		{"empty message", &api.PeerEnvelope{From: 2, Messages: [][]byte{{}}}},
+		{"spoofed inner sender", &api.PeerEnvelope{From: 2, Messages: [][]byte{sync(99, 1)}}},
+		{"addressed to another", &api.PeerEnvelope{From: 2, Messages: [][]byte{sync(2, 3)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := pc.Stream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(tc.env); err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.CloseAndRecv()
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("want InvalidArgument, got %v", err)
+			}
+		})
+	}
+	// A well-formed envelope from a peer is accepted.
+	st, err := pc.Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&api.PeerEnvelope{From: 2, Messages: [][]byte{sync(2, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CloseAndRecv(); err != nil {
+		t.Fatalf("good envelope: %v", err)
+	}
+	// The replica still serves.
+	if _, err := invoke(ctx, dial(t, peers[1]), &api.InvokeRequest{Op: put("k", "v"), Preliminary: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
