@@ -125,6 +125,10 @@ func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, 
 	return err
 }
 
+// MaxRequestBytes bounds an encoded request. Servers refuse operations whose
+// keys and values exceed 3 MiB together (state limits) in any case.
+const MaxRequestBytes = 16 << 20
+
 func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result], tr *OpTrace) error {
 	if c.isClosed() {
 		return fmt.Errorf("client: %v: %w", op, ErrClosed)
@@ -138,6 +142,11 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 		return fmt.Errorf("client: %w", err)
 	}
 	req := toAPIRequest(pop, ls, weak)
+	if n := proto.Size(req); n > MaxRequestBytes {
+		// Refused here: a server would refuse it too, as a resource limit
+		// that reads like overload and invites a retry that cannot succeed.
+		return fmt.Errorf("client: %v: request of %d bytes over %d: %w", op, n, MaxRequestBytes, ErrInvalidArgument)
+	}
 	retryable := op.ReadOnly() || op.kind == KindNoop
 	var errs []error
 	for i, e := range c.route() {

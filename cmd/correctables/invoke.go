@@ -70,7 +70,8 @@ func (f *clientFlags) dial(ctx context.Context) (*client.Client, error) {
 const opUsage = `operations:
   get KEY                  put KEY VALUE            delete KEY
   incr KEY [DELTA]         append KEY VALUE         cas KEY EXPECTED NEW
-  scan PREFIX [LIMIT]      enqueue QUEUE ITEM       dequeue QUEUE`
+  scan PREFIX [LIMIT]      enqueue QUEUE ITEM       dequeue QUEUE
+(arguments that start with '-' go after '--':  invoke -- incr n -5)`
 
 // parseOp turns command-line words into an operation.
 func parseOp(args []string) (client.Op, error) {

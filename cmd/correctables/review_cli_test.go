@@ -99,7 +99,7 @@ func TestReviewServeBadConfigFile(t *testing.T) {
 		{write("noid.json", `{"peers": {"1": "127.0.0.1:0"}}`), "--id"},
 		{write("badpeer.json", `{"id": 1, "peers": {"one": "127.0.0.1:0"}}`), "positive integer"},
 		{write("self.json", `{"id": 3, "peers": {"1": "127.0.0.1:0"}}`), "no address for this replica"},
-		{write("tick.json", `{"id": 1, "peers": {"1": "127.0.0.1:0"}, "tick": "-1s", "data": "` + data + `"}`), "--tick"},
+		{write("tick.json", `{"id": 1, "peers": {"1": "127.0.0.1:0"}, "tick": "-1s", "data": "`+data+`"}`), "--tick"},
 	} {
 		err := runCLI(t, 10*time.Second, "serve", "--config", tc.file)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -79,6 +80,9 @@ The same settings can come from a JSON file (--config), e.g.
 				dec.DisallowUnknownFields()
 				if err := dec.Decode(&fc); err != nil {
 					return fmt.Errorf("--config %s: %w", file, err)
+				}
+				if dec.More() {
+					return fmt.Errorf("--config %s: unexpected data after the JSON object", file)
 				}
 			}
 			fl := cmd.Flags()
@@ -164,11 +168,16 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "correctables: replica %d serving on %s, data in %s\n", fc.ID, s.ClientAddr(), fc.Data)
 	var hs *http.Server
 	if fc.Metrics != "" {
+		ml, err := net.Listen("tcp", fc.Metrics)
+		if err != nil {
+			s.Stop()
+			return fmt.Errorf("--metrics: %w", err)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		hs = &http.Server{Addr: fc.Metrics, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
-			if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := hs.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server", "err", err)
 			}
 		}()

@@ -44,7 +44,7 @@ or pileus-2013 (England, US-West, India; client region China).`,
 				return fmt.Errorf("--replicas %d: want 1 to 9", replicas)
 			}
 			if basePort < 0 || basePort > 65535-replicas {
-				return fmt.Errorf("--base-port %d: want 0 (any free ports) or a port below %d", basePort, 65535-replicas)
+				return fmt.Errorf("--base-port %d: want 0 (any free ports) or at most %d", basePort, 65535-replicas)
 			}
 			if region != "" && wan == "" {
 				return fmt.Errorf("--client-region needs --wan")

@@ -33,19 +33,81 @@ func (r *Replica) propose(req *Req) {
 			ops = append(ops, q)
 		}
 	}
-	r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: ops})
+	slices.SortFunc(ops, compareReq)
+	// Entries are bounded in bytes: the context goes in entries of at most
+	// MaxEntryBytes, oldest first, the operation itself in the last one.
+	// Each is a per-origin prefix of what is left; one that arrives before
+	// the one it follows commits only what it can (see commit).
+	for _, chunk := range r.chunks(ops) {
+		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunk})
+	}
+}
+
+// chunks splits operations in (TS, ID) order into runs of at most
+// MaxEntryBytes (at least one operation each).
+func (r *Replica) chunks(ops []*Req) [][]*Req {
+	var out [][]*Req
+	var cur []*Req
+	size := 0
+	for _, q := range ops {
+		n := reqSize(q)
+		if len(cur) > 0 && size+n > r.cfg.MaxEntryBytes {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, q)
+		size += n
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// reqSize estimates the encoded size of an operation.
+func reqSize(q *Req) int {
+	op := q.Op
+	n := 48 + 16*len(q.Ctx) + len(op.Key) + len(op.Value) + len(op.Expected)
+	if op.Txn != nil {
+		for _, g := range op.Txn.Guards {
+			n += 8 + len(g.Key) + len(g.Value)
+		}
+		for _, w := range op.Txn.Then {
+			n += 8 + len(w.Key) + len(w.Value)
+		}
+		for _, w := range op.Txn.Else {
+			n += 8 + len(w.Key) + len(w.Value)
+		}
+	}
+	return n
 }
 
 // proposeNoop commits this replica's tentative operations without a client
-// operation (the periodic strong no-op of Creek §4.4).
+// operation (the periodic strong no-op of Creek §4.4): the oldest
+// MaxEntryBytes of them; the next period takes the next.
 func (r *Replica) proposeNoop() {
-	var ops []*Req
+	var all []*Req
 	for _, e := range r.tentative {
 		if !e.committed {
-			ops = append(ops, e.req)
+			all = append(all, e.req)
 		}
 	}
-	r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: ops})
+	slices.SortFunc(all, compareReq)
+	// A strong operation whose causal context this replica does not hold
+	// (after a restart lost what gossip had brought) cannot go in, nor
+	// anything after it from its origin: commit would skip them anyway.
+	var ops []*Req
+	blocked := map[uint64]bool{}
+	for _, q := range all {
+		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) {
+			blocked[q.ID.Origin] = true
+			continue
+		}
+		ops = append(ops, q)
+	}
+	if chunks := r.chunks(ops); len(chunks) > 0 {
+		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunks[0]})
+	}
 }
 
 func (r *Replica) proposeEntry(e entry) {
@@ -92,18 +154,22 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 // rollback as the orders allow: the longest common prefix of the tentative
 // list and the newly committed operations stays as it was executed.
 func (r *Replica) commit(ops []*Req) error {
+	// What an entry commits, in (TS, ID) order: each operation that extends
+	// its origin's committed prefix and, if strong, whose causal context is
+	// committed by then. The rest (an entry that overtook the one before it
+	// from the same proposer, or a duplicate) is skipped; it comes again.
+	// The decision depends only on the committed prefix, the same at every
+	// replica at this point of the log.
+	sorted := slices.SortedFunc(slices.Values(ops), compareReq)
 	var fresh []*Req
-	upto := VV{}
-	for _, q := range ops {
+	upto := r.committedVV.Clone()
+	for _, q := range sorted {
 		o := q.ID.Origin
-		if q.ID.Seq <= r.committedVV[o] {
-			continue // committed by an earlier entry
+		if q.ID.Seq != upto[o]+1 {
+			continue
 		}
-		want := max(r.committedVV[o], upto[o]) + 1
-		if q.ID.Seq != want {
-			// Entries are built from contiguous prefixes; a gap means a
-			// corrupted or foreign log.
-			return fmt.Errorf("replica: entry commits %v, expected %d.%d next", q.ID, o, want)
+		if q.Strong && !ctxCommitted(q, upto) {
+			continue
 		}
 		upto[o] = q.ID.Seq
 		fresh = append(fresh, q)
@@ -111,7 +177,6 @@ func (r *Replica) commit(ops []*Req) error {
 	if len(fresh) == 0 {
 		return nil
 	}
-	slices.SortFunc(fresh, compareReq)
 
 	for _, q := range fresh {
 		o := q.ID.Origin
@@ -261,15 +326,17 @@ func (r *Replica) answerSync(m Message) {
 		r.lastTS[m.From] = m.Clock
 	}
 	var ops []*Req
+	size := 0
 	for _, o := range r.vv.origins() {
 		// Operations forgotten after a snapshot are committed: the peer
 		// gets them from the raft log or a snapshot instead.
 		for s := max(m.VV[o], r.logBase[o]) + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
 			q, ok := r.Op(OpID{o, s})
-			if !ok {
+			if !ok || (len(ops) > 0 && size+reqSize(q) > r.cfg.MaxEntryBytes) {
 				break
 			}
 			ops = append(ops, q)
+			size += reqSize(q)
 		}
 	}
 	if len(ops) > 0 {
@@ -310,7 +377,7 @@ func (r *Replica) Tick() {
 		pr := r.reads[id]
 		if pr.index == 0 && r.ticks-pr.askedAt >= r.cfg.RetryTicks {
 			pr.askedAt = r.ticks
-			r.node.ReadIndex(readCtx(id))
+			r.node.ReadIndex(readCtx(r.incarnation, id))
 		}
 	}
 }
@@ -349,7 +416,7 @@ func (r *Replica) checkLeader() {
 	for _, id := range sortedKeys(r.reads) {
 		if pr := r.reads[id]; pr.index == 0 {
 			pr.askedAt = r.ticks
-			r.node.ReadIndex(readCtx(id))
+			r.node.ReadIndex(readCtx(r.incarnation, id))
 		}
 	}
 }
@@ -384,7 +451,7 @@ func (r *Replica) Ready() (Ready, error) {
 			return Ready{}, err
 		}
 		for _, rs := range rrd.ReadStates {
-			if pr, ok := r.reads[parseReadCtx(rs.RequestCtx)]; ok && pr.index == 0 {
+			if pr, ok := r.reads[parseReadCtx(r.incarnation, rs.RequestCtx)]; ok && pr.index == 0 {
 				pr.index = max(rs.Index, 1)
 			}
 		}
@@ -466,4 +533,18 @@ func conflicts(a, b *Req) bool {
 		}
 	}
 	return false
+}
+
+// ctxCommitted reports whether a strong operation's causal context (itself
+// excepted) is within the committed prefixes upto.
+func ctxCommitted(q *Req, upto VV) bool {
+	for o, s := range q.Ctx {
+		if o == q.ID.Origin {
+			s-- // the context includes the operation itself
+		}
+		if upto[o] < s {
+			return false
+		}
+	}
+	return true
 }

@@ -62,6 +62,10 @@ type Config struct {
 	MaxPending int
 	// MaxOpsPerMsg bounds the operations in one gossip message. Default 256.
 	MaxOpsPerMsg int
+	// MaxEntryBytes bounds (approximately) the bytes of operations in one
+	// log entry and in one gossip message; one operation always fits.
+	// Default 4 MiB.
+	MaxEntryBytes int
 	// SnapshotEntries: every this many applied log entries the replica
 	// asks its driver for a snapshot and log compaction. Default 10,000;
 	// negative disables snapshots.
@@ -96,6 +100,7 @@ func (c *Config) validate() error {
 	def(&c.MaxTentative, 1024)
 	def(&c.MaxPending, 4096)
 	def(&c.MaxOpsPerMsg, 256)
+	def(&c.MaxEntryBytes, 4<<20)
 	if c.SnapshotEntries == 0 {
 		c.SnapshotEntries = 10_000
 	}
@@ -210,10 +215,11 @@ type Replica struct {
 	// issued with every earlier operation received (for stable time).
 	lastTS map[uint64]uint64
 
-	lastLead uint64 // the leader seen at the last tick
-	seq      uint64 // last sequence number issued here
-	applied  uint64 // last raft index applied
-	ticks    int
+	lastLead    uint64 // the leader seen at the last tick
+	incarnation uint64 // random per New: tells this run's reads from earlier ones
+	seq         uint64 // last sequence number issued here
+	applied     uint64 // last raft index applied
+	ticks       int
 
 	// arrived is the tick each tentative operation arrived at.
 	arrived       map[OpID]int
@@ -248,6 +254,7 @@ func New(cfg Config) (*Replica, error) {
 		pendingStrong: map[OpID]int{},
 		reads:         map[uint64]*pendingRead{},
 	}
+	r.incarnation = cfg.Rand.Uint64()
 	// A snapshot in storage is the starting point; raft replays the log
 	// after it.
 	applied, err := r.loadSnapshot()
@@ -423,7 +430,7 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 	r.nextRead++
 	pr := &pendingRead{req: cr, tentative: res, sent: sent, askedAt: r.ticks}
 	r.reads[r.nextRead] = pr
-	r.node.ReadIndex(readCtx(r.nextRead))
+	r.node.ReadIndex(readCtx(r.incarnation, r.nextRead))
 	return nil
 }
 

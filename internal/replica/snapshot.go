@@ -23,7 +23,8 @@ type SnapshotRequest struct {
 	OwnCommitted uint64
 }
 
-const snapshotVersion = 1
+// snapshotVersion 2 added the clock reading.
+const snapshotVersion = 2
 
 // snapshotData encodes the committed state at the applied index: the state
 // machine, the committed version vector and count, and, when the replica
@@ -38,6 +39,10 @@ func (r *Replica) snapshotData() ([]byte, error) {
 	}
 	b := []byte{snapshotVersion}
 	b = binary.AppendUvarint(b, r.applied)
+	// Every timestamp issued here so far is at most this: a restart from
+	// this snapshot must not issue smaller ones (the origin's operations
+	// must stay in timestamp order, and stable times announced must hold).
+	b = binary.AppendUvarint(b, r.clk.Peek())
 	b = binary.AppendUvarint(b, uint64(r.committedCount()))
 	b = appendVV(b, r.committedVV)
 	if r.cfg.TrackHistory {
@@ -139,6 +144,7 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 		return fmt.Errorf("%w: snapshot version %d", ErrCorrupt, v)
 	}
 	applied := d.uvarint()
+	clock := d.uvarint()
 	count := d.uvarint()
 	cvv := d.vv()
 	n := d.count()
@@ -174,6 +180,7 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 	if applied != snap.GetMetadata().GetIndex() {
 		return fmt.Errorf("%w: snapshot data at %d, metadata at %d", ErrCorrupt, applied, snap.GetMetadata().GetIndex())
 	}
+	r.clk.Observe(clock)
 	if applied <= r.applied {
 		return nil // already past it
 	}

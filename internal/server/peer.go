@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,25 +16,51 @@ import (
 )
 
 // peer sends this replica's messages to one other replica over a
-// long-lived gRPC stream, reconnecting with backoff. Messages are queued in
-// a bounded channel; when it is full they are dropped: raft retransmits and
-// anti-entropy repairs gossip, so a slow or dead peer costs memory nowhere.
+// long-lived gRPC stream, reconnecting with backoff. Messages are encoded
+// when queued, and the queue is bounded in messages and in bytes; when it is
+// full they are dropped: raft retransmits and anti-entropy repairs gossip,
+// so a slow or dead peer costs bounded memory.
 type peer struct {
-	s     *Server
-	id    uint64
-	addr  string
-	queue chan replica.Message
+	s      *Server
+	id     uint64
+	addr   string
+	queue  chan []byte
+	queued atomic.Int64 // bytes in queue
 }
 
-const maxBatch = 256
+const (
+	maxBatch = 256
+	// maxBatchBytes bounds one envelope; a message larger than that goes
+	// alone.
+	maxBatchBytes = 4 << 20
+	// maxPeerMessage bounds one message between replicas (a raft snapshot
+	// is one message: a committed state larger than this cannot be sent to
+	// a follower that fell behind the compacted log).
+	maxPeerMessage = 64 << 20
+)
 
 func newPeer(s *Server, id uint64, addr string) *peer {
-	return &peer{s: s, id: id, addr: addr, queue: make(chan replica.Message, s.cfg.PeerQueue)}
+	return &peer{s: s, id: id, addr: addr, queue: make(chan []byte, s.cfg.PeerQueue)}
 }
 
 func (p *peer) enqueue(m replica.Message) {
+	b, err := replica.EncodeMessage(m)
+	if err != nil {
+		p.s.log.Error("encoding a peer message", "peer", p.id, "err", err)
+		return
+	}
+	if len(b) > maxPeerMessage-1024 {
+		p.s.log.Error("peer message over the size limit, dropped", "peer", p.id, "type", m.Type, "bytes", len(b))
+		p.s.cfg.Metrics.peerDropped()
+		return
+	}
+	if p.queued.Load()+int64(len(b)) > int64(p.s.cfg.PeerQueueBytes) {
+		p.s.cfg.Metrics.peerDropped()
+		return
+	}
 	select {
-	case p.queue <- m:
+	case p.queue <- b:
+		p.queued.Add(int64(len(b)))
 	default:
 		p.s.cfg.Metrics.peerDropped()
 	}
@@ -48,7 +75,7 @@ func (p *peer) run(stop <-chan struct{}) {
 		cancel()
 	}()
 	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxMessage)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))
 	if err != nil {
 		p.s.log.Error("peer address unusable", "peer", p.id, "addr", p.addr, "err", err)
 		return
@@ -77,24 +104,26 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 		return err
 	}
 	env := &api.PeerEnvelope{From: p.s.cfg.ID}
+	take := func(b []byte) int {
+		p.queued.Add(-int64(len(b)))
+		env.Messages = append(env.Messages, b)
+		return len(b)
+	}
 	for {
 		env.Messages = env.Messages[:0]
+		size := 0
 		select {
-		case m := <-p.queue:
-			if err := p.add(env, m); err != nil {
-				return err
-			}
+		case b := <-p.queue:
+			size += take(b)
 		case <-ctx.Done():
 			_, _ = st.CloseAndRecv()
 			return ctx.Err()
 		}
 	batch:
-		for len(env.Messages) < maxBatch {
+		for len(env.Messages) < maxBatch && size < maxBatchBytes {
 			select {
-			case m := <-p.queue:
-				if err := p.add(env, m); err != nil {
-					return err
-				}
+			case b := <-p.queue:
+				size += take(b)
 			default:
 				break batch
 			}
@@ -106,15 +135,6 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 			return err
 		}
 	}
-}
-
-func (p *peer) add(env *api.PeerEnvelope, m replica.Message) error {
-	b, err := replica.EncodeMessage(m)
-	if err != nil {
-		return err
-	}
-	env.Messages = append(env.Messages, b)
-	return nil
 }
 
 // Stream implements api.PeerServer: messages from one peer into the loop.
@@ -132,12 +152,15 @@ func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.Peer
 		}
 		for _, b := range env.GetMessages() {
 			m, err := replica.DecodeMessage(b)
-			if err != nil || m.From != env.GetFrom() || m.To != s.cfg.ID {
+			if err != nil || m.From != env.GetFrom() || m.To != s.cfg.ID ||
+				(m.Raft != nil && (m.Raft.GetFrom() != m.From || m.Raft.GetTo() != m.To)) {
 				return toStatus(fmt.Errorf("%w: bad peer message from %d: %v", ErrInvalidRequest, env.GetFrom(), err))
 			}
 			select {
 			case s.inbound <- m:
 			case <-s.stop:
+				return toStatus(ErrStopped)
+			case <-s.done:
 				return toStatus(ErrStopped)
 			case <-st.Context().Done():
 				return st.Context().Err()

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -62,9 +63,11 @@ type Config struct {
 	Limits state.Limits
 	// MaxInflight bounds client requests in flight. Default 10,000.
 	MaxInflight int
-	// PeerQueue bounds the messages queued for one peer; past it messages
-	// are dropped (raft and anti-entropy recover). Default 4,096.
-	PeerQueue int
+	// PeerQueue and PeerQueueBytes bound the messages queued for one
+	// peer; past them messages are dropped (raft and anti-entropy recover).
+	// Defaults 4,096 and 64 MiB.
+	PeerQueue      int
+	PeerQueueBytes int
 	// Logger receives the server's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Metrics, if set, receives the server's metrics.
@@ -105,6 +108,7 @@ func (c *Config) validate() error {
 	def(&c.MaxInflight, 10_000)
 	def(&c.CompactMargin, 1000)
 	def(&c.PeerQueue, 4096)
+	def(&c.PeerQueueBytes, 64<<20)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -150,6 +154,7 @@ type Server struct {
 	lisClient, lisPeer   net.Listener
 	wg                   sync.WaitGroup
 	stopOnce             sync.Once
+	started              atomic.Bool // the loop goroutine was launched
 	loopErr              error
 }
 
@@ -204,7 +209,9 @@ func (s *Server) Start() error {
 	if s.lisClient, err = net.Listen("tcp", s.cfg.ClientAddr); err != nil {
 		return fmt.Errorf("server: listen for clients: %w", err)
 	}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler())}
+	// The shared listener also carries peer messages (up to
+	// maxPeerMessage); client requests are bounded by state.Limits.
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler())}
 	s.grpcClient = grpc.NewServer(opts...)
 	api.RegisterStoreServer(s.grpcClient, s)
 	if s.cfg.PeerAddr == s.cfg.ClientAddr {
@@ -214,9 +221,10 @@ func (s *Server) Start() error {
 			s.lisClient.Close()
 			return fmt.Errorf("server: listen for peers: %w", err)
 		}
-		s.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage))
+		s.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxPeerMessage))
 		api.RegisterPeerServer(s.grpcPeer, s)
 	}
+	s.started.Store(true)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -278,7 +286,7 @@ func (s *Server) Stop() error {
 }
 
 func (s *Server) loopDone() <-chan struct{} {
-	if s.grpcClient == nil { // never started
+	if !s.started.Load() { // the loop never ran
 		close(s.done)
 	}
 	return s.done
@@ -288,6 +296,16 @@ func (s *Server) loopDone() <-chan struct{} {
 // the Ready is handled (persist, then send, then deliver).
 func (s *Server) loop() {
 	defer close(s.done)
+	defer func() {
+		// A panic in the core (raft panics on messages that contradict its
+		// log, e.g. forged by someone who reached the peer port) stops this
+		// replica, fail-stop, instead of the whole process.
+		if p := recover(); p != nil {
+			s.loopErr = fmt.Errorf("server: replica %d panicked: %v", s.cfg.ID, p)
+			s.log.Error("replica failed; stopped", "err", s.loopErr)
+			s.failWaiting()
+		}
+	}()
 	ticker := time.NewTicker(s.cfg.Tick)
 	defer ticker.Stop()
 	for {
@@ -315,11 +333,11 @@ func (s *Server) loop() {
 			f(s.rep)
 		}
 		if err := s.handleReady(); err != nil {
+			// Fail-stop: the loop ends (done closes, so every request and
+			// stream gets Unavailable at once); Stop still cleans up.
 			s.loopErr = err
-			s.log.Error("replica failed; stopping", "err", err)
+			s.log.Error("replica failed; stopped", "err", err)
 			s.failWaiting()
-			// Keep draining stop so Stop returns; refuse everything else.
-			<-s.stop
 			return
 		}
 	}
@@ -397,9 +415,6 @@ func (s *Server) statusReply() *api.StatusReply {
 	}
 }
 
-// maxMessage bounds a gRPC message: the largest value plus headroom.
-const maxMessage = 8 << 20
-
 // Invoke implements api.StoreServer.
 func (s *Server) Invoke(in *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {
 	err := s.invoke(stream.Context(), in, stream.Send)
@@ -440,6 +455,8 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 	case s.submit <- req:
 	case <-s.stop:
 		return ErrStopped
+	case <-s.done:
+		return ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -450,6 +467,8 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 		}
 	case <-s.done:
 		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	var prelim *replica.View
 	for {

@@ -17,6 +17,10 @@ type Limits struct {
 	// MaxTxnOps is the maximum of len(Guards)+len(Then)+len(Else) in a
 	// transaction.
 	MaxTxnOps int
+	// MaxOpBytes is the maximum of all keys and values of one operation
+	// together (a transaction of many large writes): what one operation
+	// may add to a log entry or a message between replicas.
+	MaxOpBytes int
 }
 
 // Default limits.
@@ -25,15 +29,19 @@ const (
 	DefaultMaxValue  = 1 << 20
 	DefaultMaxScan   = 1000
 	DefaultMaxTxnOps = 128
+	// DefaultMaxOpBytes fits a CAS of two maximal values, and stays well
+	// under the 4 MiB log entries and gRPC messages.
+	DefaultMaxOpBytes = 3 << 20
 )
 
 // DefaultLimits returns the default limits.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxKey:    DefaultMaxKey,
-		MaxValue:  DefaultMaxValue,
-		MaxScan:   DefaultMaxScan,
-		MaxTxnOps: DefaultMaxTxnOps,
+		MaxKey:     DefaultMaxKey,
+		MaxValue:   DefaultMaxValue,
+		MaxScan:    DefaultMaxScan,
+		MaxTxnOps:  DefaultMaxTxnOps,
+		MaxOpBytes: DefaultMaxOpBytes,
 	}
 }
 
@@ -52,6 +60,9 @@ func (l *Limits) EnsureDefaults() {
 	if l.MaxTxnOps == 0 {
 		l.MaxTxnOps = d.MaxTxnOps
 	}
+	if l.MaxOpBytes == 0 {
+		l.MaxOpBytes = d.MaxOpBytes
+	}
 }
 
 // Validate reports a negative field. Zero fields are valid: they mean the
@@ -60,7 +71,7 @@ func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"MaxKey", l.MaxKey}, {"MaxValue", l.MaxValue}, {"MaxScan", l.MaxScan}, {"MaxTxnOps", l.MaxTxnOps}} {
+	}{{"MaxKey", l.MaxKey}, {"MaxValue", l.MaxValue}, {"MaxScan", l.MaxScan}, {"MaxTxnOps", l.MaxTxnOps}, {"MaxOpBytes", l.MaxOpBytes}} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: limits: %s is %d, must be >= 0", ErrBadArgs, f.name, f.v)
 		}

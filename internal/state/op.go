@@ -205,6 +205,23 @@ var kindFields = [...]uint8{
 	OpNoop:    0,
 }
 
+// Size is the bytes of all keys and values the operation carries.
+func (o Op) Size() int {
+	n := len(o.Key) + len(o.Value) + len(o.Expected)
+	if o.Txn != nil {
+		for _, g := range o.Txn.Guards {
+			n += len(g.Key) + len(g.Value)
+		}
+		for _, w := range o.Txn.Then {
+			n += len(w.Key) + len(w.Value)
+		}
+		for _, w := range o.Txn.Else {
+			n += len(w.Key) + len(w.Value)
+		}
+	}
+	return n
+}
+
 // Validate checks the op against the limits (zero limit fields mean the
 // defaults). It returns nil or an error wrapping ErrUnknownOp, ErrBadArgs,
 // ErrKeyTooLarge, ErrValueTooLarge or ErrTooManyOps. Apply runs it first, so
@@ -242,6 +259,9 @@ func (o Op) Validate(l Limits) error {
 	}
 	if err := checkValue(l, "cas expected", o.Expected); err != nil {
 		return err
+	}
+	if n := o.Size(); n > l.MaxOpBytes {
+		return fmt.Errorf("%w: %v carries %d bytes of keys and values, limit %d", ErrValueTooLarge, o.Kind, n, l.MaxOpBytes)
 	}
 	switch o.Kind {
 	case OpCAS:
