@@ -29,7 +29,10 @@ func (r *Replica) propose(req *Req) {
 		if e.committed {
 			continue
 		}
-		if q == req || q.ID.Seq <= req.Ctx[q.ID.Origin] {
+		// Context operations this replica proposed within RetryTicks are in
+		// an entry on its way; if that entry is lost, commit skips req (its
+		// context is not committed) and the retry carries everything.
+		if q == req || (q.ID.Seq <= req.Ctx[q.ID.Origin] && !r.recentlyProposed(q.ID)) {
 			ops = append(ops, q)
 		}
 	}
@@ -103,14 +106,26 @@ func (r *Replica) proposeNoop() {
 			blocked[q.ID.Origin] = true
 			continue
 		}
-		ops = append(ops, q)
+		if !r.recentlyProposed(q.ID) {
+			ops = append(ops, q)
+		}
 	}
 	if chunks := r.chunks(ops); len(chunks) > 0 {
 		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunks[0]})
 	}
 }
 
+// recentlyProposed reports whether this replica put the operation in an
+// entry less than RetryTicks ago (and has not seen a leader change since).
+func (r *Replica) recentlyProposed(id OpID) bool {
+	t, ok := r.proposedAt[id]
+	return ok && r.ticks-t < r.cfg.RetryTicks
+}
+
 func (r *Replica) proposeEntry(e entry) {
+	for _, q := range e.Ops {
+		r.proposedAt[q.ID] = r.ticks
+	}
 	// A dropped proposal (no leader yet, or the leader's budget is full) is
 	// retried by the tick loop; nothing else to do here.
 	_ = r.node.Propose(encodeEntry(e))
@@ -197,6 +212,7 @@ func (r *Replica) commit(ops []*Req) error {
 		}
 		r.committed = append(r.committed, q.ID)
 		delete(r.arrived, q.ID)
+		delete(r.proposedAt, q.ID)
 	}
 
 	// The new logical order: the committed list (now with fresh at its
@@ -325,23 +341,40 @@ func (r *Replica) answerSync(m Message) {
 		// clock, so nothing it issues later can be older than that.
 		r.lastTS[m.From] = m.Clock
 	}
+	// What this replica sent the peer less than RetryTicks ago is likely
+	// still on its way: the peer's VV cannot show it yet. Sending it again
+	// at every sync would multiply the traffic on a slow link; it is sent
+	// again only once RetryTicks have passed without the peer's VV moving.
+	sent := r.gossipSent[m.From]
+	if sent == nil || r.ticks-sent.at >= r.cfg.RetryTicks || !m.VV.Covers(sent.base) {
+		sent = &gossipMark{vv: VV{}, base: m.VV.Clone(), at: r.ticks}
+		r.gossipSent[m.From] = sent
+	}
 	var ops []*Req
 	size := 0
 	for _, o := range r.vv.origins() {
 		// Operations forgotten after a snapshot are committed: the peer
 		// gets them from the raft log or a snapshot instead.
-		for s := max(m.VV[o], r.logBase[o]) + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
+		for s := max(m.VV[o], sent.vv[o], r.logBase[o]) + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
 			q, ok := r.Op(OpID{o, s})
 			if !ok || (len(ops) > 0 && size+reqSize(q) > r.cfg.MaxEntryBytes) {
 				break
 			}
 			ops = append(ops, q)
 			size += reqSize(q)
+			sent.vv[o] = s
 		}
 	}
 	if len(ops) > 0 {
 		r.send(Message{Type: MsgOps, To: m.From, Ops: ops})
 	}
+}
+
+// gossipMark is what this replica sent a peer in answer to its syncs since
+// tick at (while the peer's VV stayed at or above base).
+type gossipMark struct {
+	vv, base VV
+	at       int
 }
 
 // Tick advances logical time: raft heartbeats and elections, anti-entropy,
@@ -404,6 +437,8 @@ func (r *Replica) checkLeader() {
 		return
 	}
 	r.lastLead = lead
+	// Entries on their way through the old leader may be lost.
+	clear(r.proposedAt)
 	if lead == 0 {
 		return
 	}

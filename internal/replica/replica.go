@@ -221,8 +221,11 @@ type Replica struct {
 	applied     uint64 // last raft index applied
 	ticks       int
 
-	// arrived is the tick each tentative operation arrived at.
+	// arrived is the tick each tentative operation arrived at; proposedAt
+	// the tick this replica last put it in a log entry.
 	arrived       map[OpID]int
+	proposedAt    map[OpID]int
+	gossipSent    map[uint64]*gossipMark
 	waiting       map[OpID]*waiter
 	pendingStrong map[OpID]int // own uncommitted strong ops -> tick last proposed
 	reads         map[uint64]*pendingRead
@@ -251,6 +254,8 @@ func New(cfg Config) (*Replica, error) {
 		lastTS:        map[uint64]uint64{},
 		waiting:       map[OpID]*waiter{},
 		arrived:       map[OpID]int{},
+		proposedAt:    map[OpID]int{},
+		gossipSent:    map[uint64]*gossipMark{},
 		pendingStrong: map[OpID]int{},
 		reads:         map[uint64]*pendingRead{},
 	}

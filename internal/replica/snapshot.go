@@ -243,6 +243,13 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 			delete(r.pendingStrong, id)
 		}
 	}
+	for _, m := range []map[OpID]int{r.arrived, r.proposedAt} {
+		for id := range m {
+			if id.Seq <= r.committedVV[id.Origin] {
+				delete(m, id)
+			}
+		}
+	}
 	r.reexec(keep)
 	return nil
 }
