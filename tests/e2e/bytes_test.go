@@ -35,6 +35,17 @@ func (l *traceLog) find(match func(client.OpTrace) bool) (client.OpTrace, bool) 
 	return client.OpTrace{}, false
 }
 
+// wait is find, waiting up to 10 s: the client reports an operation's trace
+// when its binding call returns, which may be just after the final view was
+// delivered.
+func (l *traceLog) wait(match func(client.OpTrace) bool) (client.OpTrace, bool) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if tr, ok := l.find(match); ok || time.Now().After(deadline) {
+			return tr, ok
+		}
+	}
+}
+
 // confirmSlack bounds what a confirmed operation receives beyond one copy of
 // its result: the stamps and framing of two views. Far below a second copy.
 const confirmSlack = 1 << 10
@@ -80,8 +91,8 @@ func TestConfirmationSavesBytes(t *testing.T) {
 	if s1.Confirmations-s0.Confirmations != 1 || s1.BytesSaved-s0.BytesSaved < bigSize {
 		t.Errorf("stats: %d confirmations and %d bytes saved; want 1 and at least %d", s1.Confirmations-s0.Confirmations, s1.BytesSaved-s0.BytesSaved, bigSize)
 	}
-	tr, ok := traces.find(func(tr client.OpTrace) bool { return tr.Confirmed })
-	if !ok || tr.BytesReceived != int(received) {
-		t.Errorf("op trace of the confirmed put: %+v (found %v); want %d bytes received", tr, ok, received)
+	tr, found := traces.wait(func(tr client.OpTrace) bool { return tr.Confirmed })
+	if !found || tr.BytesReceived != int(received) {
+		t.Errorf("op trace of the confirmed put: %+v (found %v); want %d bytes received", tr, found, received)
 	}
 }

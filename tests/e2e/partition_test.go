@@ -290,7 +290,7 @@ func checkDivergentPut(t *testing.T, traces *traceLog, o outcome, before, after 
 	if fin.Confirmed {
 		t.Errorf("divergent put: final view is a confirmation, but its result differs from the preliminary one")
 	}
-	tr, ok := traces.find(func(tr client.OpTrace) bool { return tr.Views == 2 && !tr.Confirmed && tr.BytesReceived > 2*bigSize })
+	tr, ok := traces.wait(func(tr client.OpTrace) bool { return tr.Views == 2 && !tr.Confirmed && tr.BytesReceived > 2*bigSize })
 	if !ok {
 		t.Errorf("divergent put: no trace of an operation that received both payloads (> %d bytes)", 2*bigSize)
 		return
