@@ -67,20 +67,12 @@ func (r *Replica) chunks(ops []*Req) [][]*Req {
 	return out
 }
 
-// reqSize estimates the encoded size of an operation.
+// reqSize estimates the encoded size of an operation: its keys and values,
+// its causal context, and a bound on the rest.
 func reqSize(q *Req) int {
-	op := q.Op
-	n := 48 + 16*len(q.Ctx) + len(op.Key) + len(op.Value) + len(op.Expected)
-	if op.Txn != nil {
-		for _, g := range op.Txn.Guards {
-			n += 8 + len(g.Key) + len(g.Value)
-		}
-		for _, w := range op.Txn.Then {
-			n += 8 + len(w.Key) + len(w.Value)
-		}
-		for _, w := range op.Txn.Else {
-			n += 8 + len(w.Key) + len(w.Value)
-		}
+	n := 64 + 16*len(q.Ctx) + q.Op.Size()
+	if q.Op.Txn != nil {
+		n += 8 * (len(q.Op.Txn.Guards) + len(q.Op.Txn.Then) + len(q.Op.Txn.Else))
 	}
 	return n
 }
