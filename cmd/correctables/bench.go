@@ -80,12 +80,7 @@ quorum of three) for a final view.`,
 func runLatencyGap(ctx context.Context, out io.Writer, c *cluster.Cluster, ops int) error {
 	// The replica nearest the client leads: the best case the protocol
 	// allows, and the one the lower bounds below describe.
-	nearest := uint64(1)
-	for id := uint64(1); id <= uint64(len(c.Servers)); id++ {
-		if c.RTT(0, id) < c.RTT(0, nearest) {
-			nearest = id
-		}
-	}
+	nearest := c.Nearest()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.MoveLeader(wctx, nearest); err != nil {

@@ -274,3 +274,15 @@ func (c *Cluster) RTT(from, to uint64) time.Duration {
 	d, _ := c.Net.Topology().RTT(a, c.Regions[to-1])
 	return d
 }
+
+// Nearest returns the replica with the smallest emulated round trip from
+// the client region (replica 1 without a WAN).
+func (c *Cluster) Nearest() uint64 {
+	nearest := uint64(1)
+	for id := uint64(1); id <= uint64(len(c.Servers)); id++ {
+		if c.RTT(0, id) < c.RTT(0, nearest) {
+			nearest = id
+		}
+	}
+	return nearest
+}
