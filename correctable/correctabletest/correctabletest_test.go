@@ -17,16 +17,55 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const guard = 30 * time.Second
 
-func views[T any](t *testing.T, c *correctable.Correctable[T]) []correctable.View[T] {
-	t.Helper()
-	var got []correctable.View[T]
-	for v := range c.Views() {
-		got = append(got, v)
-	}
-	if err := c.Err(); err != nil {
+// stepwise is a cluster whose primary replies only when the test says so,
+// so that a test observes the preliminary view before the final one exists
+// (a Views iterator that starts after both arrived sees only the final one).
+type stepwise struct {
+	*correctabletest.Cluster
+	release chan struct{}
+}
+
+func newStepwise(t *testing.T) *stepwise {
+	s := &stepwise{release: make(chan struct{})}
+	c, err := correctabletest.NewCluster(correctabletest.Config{Wait: func(ctx context.Context, r correctabletest.Replica) error {
+		if r != correctabletest.PrimaryReplica {
+			return nil
+		}
+		select {
+		case <-s.release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return got
+	s.Cluster = c
+	return s
+}
+
+// views returns the preliminary view (once it arrived) and the final view
+// of c, whose primary reply s holds back until the preliminary was seen.
+func views[T any](t *testing.T, s *stepwise, c *correctable.Correctable[T]) []correctable.View[T] {
+	t.Helper()
+	select {
+	case <-waitLevel(c, correctable.Eventual):
+	case <-time.After(guard):
+		t.Fatal("no preliminary view")
+	}
+	first, _ := c.Latest()
+	s.release <- struct{}{}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	final, err := c.Final(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Final {
+		return []correctable.View[T]{first}
+	}
+	return []correctable.View[T]{first, final}
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -45,12 +84,12 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestSequentialViewsAndConfirmation(t *testing.T) {
-	cluster, _ := correctabletest.NewCluster(correctabletest.Config{})
+	cluster := newStepwise(t)
 	cluster.Put("k", "v1")
-	b := correctabletest.Sequential[string](cluster)
+	b := correctabletest.Sequential[string](cluster.Cluster)
 	ctx := context.Background()
 
-	got := views(t, correctable.Invoke(ctx, b, correctabletest.Get("k")))
+	got := views(t, cluster, correctable.Invoke(ctx, b, correctabletest.Get("k")))
 	if len(got) != 2 || got[0].Value != "v1" || got[0].Level != correctable.Eventual ||
 		got[1].Value != "v1" || !got[1].Final || !got[1].Confirmed {
 		t.Fatalf("in sync: %+v; want v1 then a confirmation", got)
@@ -58,7 +97,7 @@ func TestSequentialViewsAndConfirmation(t *testing.T) {
 
 	_ = cluster.SetLag(correctabletest.BackupReplica, 1)
 	cluster.Put("k", "v2")
-	got = views(t, correctable.Invoke(ctx, b, correctabletest.Get("k")))
+	got = views(t, cluster, correctable.Invoke(ctx, b, correctabletest.Get("k")))
 	if len(got) != 2 || got[0].Value != "v1" || got[1].Value != "v2" || got[1].Confirmed {
 		t.Fatalf("stale backup: %+v; want v1 then v2", got)
 	}
@@ -68,19 +107,20 @@ func TestSequentialViewsAndConfirmation(t *testing.T) {
 }
 
 func TestWritesApplyAtPrimaryOnly(t *testing.T) {
-	cluster, _ := correctabletest.NewCluster(correctabletest.Config{})
+	cluster := newStepwise(t)
 	incr := func(kv correctabletest.KV) int {
 		s, _ := kv.Get("n")
 		n := len(s)
 		kv.Put("n", s+"x")
 		return n + 1
 	}
-	b := correctabletest.Sequential[int](cluster)
-	got := views(t, correctable.Invoke(context.Background(), b, incr))
+	b := correctabletest.Sequential[int](cluster.Cluster)
+	got := views(t, cluster, correctable.Invoke(context.Background(), b, incr))
 	if len(got) != 2 || got[0].Value != 1 || got[1].Value != 1 {
 		t.Fatalf("views %+v", got)
 	}
-	v, _ := correctable.InvokeStrong(context.Background(), correctabletest.Sequential[string](cluster), correctabletest.Get("n")).Final(context.Background())
+	close(cluster.release) // the primary answers at once from here on
+	v, _ := correctable.InvokeStrong(context.Background(), correctabletest.Sequential[string](cluster.Cluster), correctabletest.Get("n")).Final(context.Background())
 	if v.Value != "x" {
 		t.Fatalf("after one increment the primary holds %q, want x (applied once)", v.Value)
 	}
