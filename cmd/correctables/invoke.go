@@ -73,38 +73,18 @@ const opUsage = `operations:
   scan PREFIX [LIMIT]      enqueue QUEUE ITEM       dequeue QUEUE
 (arguments that start with '-' go after '--':  invoke -- incr n -5)`
 
-// parseOp turns command-line words into an operation.
-func parseOp(args []string) (client.Op, error) {
-	if len(args) == 0 {
-		return client.Op{}, fmt.Errorf("no operation given\n%s", opUsage)
-	}
-	name, a := strings.ToLower(args[0]), args[1:]
-	need := func(min, max int) error {
-		if len(a) < min || len(a) > max {
-			return fmt.Errorf("%s takes %d to %d arguments, got %d\n%s", name, min, max, len(a), opUsage)
-		}
-		return nil
-	}
-	switch name {
-	case "get":
-		if err := need(1, 1); err != nil {
-			return client.Op{}, err
-		}
-		return client.Get(a[0]), nil
-	case "put":
-		if err := need(2, 2); err != nil {
-			return client.Op{}, err
-		}
-		return client.Put(a[0], []byte(a[1])), nil
-	case "delete", "del":
-		if err := need(1, 1); err != nil {
-			return client.Op{}, err
-		}
-		return client.Delete(a[0]), nil
-	case "incr":
-		if err := need(1, 2); err != nil {
-			return client.Op{}, err
-		}
+// opSpec is one operation of the command line: its argument count and how
+// to build it from the arguments.
+type opSpec struct {
+	min, max int
+	build    func(a []string) (client.Op, error)
+}
+
+var opSpecs = map[string]opSpec{
+	"get":    {1, 1, func(a []string) (client.Op, error) { return client.Get(a[0]), nil }},
+	"put":    {2, 2, func(a []string) (client.Op, error) { return client.Put(a[0], []byte(a[1])), nil }},
+	"delete": {1, 1, func(a []string) (client.Op, error) { return client.Delete(a[0]), nil }},
+	"incr": {1, 2, func(a []string) (client.Op, error) {
 		d := int64(1)
 		if len(a) == 2 {
 			v, err := strconv.ParseInt(a[1], 10, 64)
@@ -114,20 +94,12 @@ func parseOp(args []string) (client.Op, error) {
 			d = v
 		}
 		return client.Incr(a[0], d), nil
-	case "append":
-		if err := need(2, 2); err != nil {
-			return client.Op{}, err
-		}
-		return client.Append(a[0], []byte(a[1])), nil
-	case "cas":
-		if err := need(3, 3); err != nil {
-			return client.Op{}, err
-		}
+	}},
+	"append": {2, 2, func(a []string) (client.Op, error) { return client.Append(a[0], []byte(a[1])), nil }},
+	"cas": {3, 3, func(a []string) (client.Op, error) {
 		return client.CAS(a[0], []byte(a[1]), []byte(a[2])), nil
-	case "scan":
-		if err := need(1, 2); err != nil {
-			return client.Op{}, err
-		}
+	}},
+	"scan": {1, 2, func(a []string) (client.Op, error) {
 		limit := 0
 		if len(a) == 2 {
 			v, err := strconv.Atoi(a[1])
@@ -137,18 +109,28 @@ func parseOp(args []string) (client.Op, error) {
 			limit = v
 		}
 		return client.Scan(a[0], limit), nil
-	case "enqueue":
-		if err := need(2, 2); err != nil {
-			return client.Op{}, err
-		}
-		return client.Enqueue(a[0], []byte(a[1])), nil
-	case "dequeue":
-		if err := need(1, 1); err != nil {
-			return client.Op{}, err
-		}
-		return client.Dequeue(a[0]), nil
+	}},
+	"enqueue": {2, 2, func(a []string) (client.Op, error) { return client.Enqueue(a[0], []byte(a[1])), nil }},
+	"dequeue": {1, 1, func(a []string) (client.Op, error) { return client.Dequeue(a[0]), nil }},
+}
+
+// parseOp turns command-line words into an operation.
+func parseOp(args []string) (client.Op, error) {
+	if len(args) == 0 {
+		return client.Op{}, fmt.Errorf("no operation given\n%s", opUsage)
 	}
-	return client.Op{}, fmt.Errorf("unknown operation %q\n%s", args[0], opUsage)
+	name, a := strings.ToLower(args[0]), args[1:]
+	if name == "del" {
+		name = "delete"
+	}
+	spec, ok := opSpecs[name]
+	if !ok {
+		return client.Op{}, fmt.Errorf("unknown operation %q\n%s", args[0], opUsage)
+	}
+	if len(a) < spec.min || len(a) > spec.max {
+		return client.Op{}, fmt.Errorf("%s takes %d to %d arguments, got %d\n%s", name, spec.min, spec.max, len(a), opUsage)
+	}
+	return spec.build(a)
 }
 
 func newInvokeCmd() *cobra.Command {
