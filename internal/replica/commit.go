@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"go.etcd.io/raft/v3"
@@ -225,6 +226,7 @@ func (r *Replica) commit(ops []*Req) error {
 		if p, ok := posFresh[e.req.ID]; ok {
 			e.committed, e.cpos = true, p
 			inStack[e.req.ID] = true
+			r.ntent--
 		}
 	}
 	var missing []executed
@@ -233,26 +235,7 @@ func (r *Replica) commit(ops []*Req) error {
 			missing = append(missing, executed{req: q, committed: true, cpos: posFresh[q.ID]})
 		}
 	}
-	keep := len(r.tentative)
-	for i := 0; i < keep; i++ {
-		x := r.tentative[i]
-		bad := false
-		for _, y := range r.tentative[i+1:] {
-			if before(y, x) < 0 && conflicts(x.req, y.req) {
-				bad = true
-				break
-			}
-		}
-		for _, y := range missing {
-			if bad || (before(y, x) < 0 && conflicts(x.req, y.req)) {
-				bad = true
-				break
-			}
-		}
-		if bad {
-			keep = i
-		}
-	}
+	keep := r.keepLen(posFresh, missing)
 	r.reexec(append(r.rollbackTo(keep), missing...))
 	byID := make(map[OpID]state.Result, len(fresh))
 	for _, e := range r.tentative {
@@ -295,6 +278,66 @@ func (r *Replica) commit(ops []*Req) error {
 		})
 	}
 	return nil
+}
+
+// keepLen returns how much of the bottom of the stack stays executed as it
+// is once the operations in posFresh are committed: the stack below the
+// lowest operation that a conflicting newly committed operation must now
+// precede but that was executed before it (the fresh one sits above it, or
+// is missing from the stack). Only newly committed operations change place
+// in the logical order, so only pairs with one of them can be out of order.
+// One walk from the top down, with the smallest committed position of the
+// fresh operations seen so far per key: linear in the stack, not quadratic.
+func (r *Replica) keepLen(posFresh map[OpID]int, missing []executed) int {
+	const none = math.MaxInt
+	minPos := map[string]int{} // per key: smallest cpos of a fresh op above
+	anyPos, wildPos := none, none
+	note := func(q *Req, cpos int) {
+		anyPos = min(anyPos, cpos)
+		for _, k := range q.footprint() {
+			if k == "*" {
+				wildPos = min(wildPos, cpos)
+			} else if p, ok := minPos[k]; !ok || cpos < p {
+				minPos[k] = cpos
+			}
+		}
+	}
+	// first returns the smallest cpos of a fresh op seen so far that
+	// conflicts with q.
+	first := func(q *Req) int {
+		p := wildPos
+		for _, k := range q.footprint() {
+			if k == "*" {
+				return anyPos
+			}
+			if v, ok := minPos[k]; ok {
+				p = min(p, v)
+			}
+		}
+		return p
+	}
+	for _, y := range missing {
+		note(y.req, y.cpos)
+	}
+	keep := len(r.tentative)
+	for i := len(r.tentative) - 1; i >= 0; i-- {
+		x := r.tentative[i]
+		cpos, fresh := posFresh[x.req.ID]
+		switch {
+		case !x.committed:
+			// Every fresh op precedes a tentative one.
+			if first(x.req) != none {
+				keep = i
+			}
+		case fresh:
+			if first(x.req) < cpos {
+				keep = i
+			}
+			note(x.req, cpos)
+		}
+		// Operations committed earlier precede every fresh one: in order.
+	}
+	return keep
 }
 
 // Step handles a message from a peer.

@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 
@@ -73,6 +74,9 @@ type Config struct {
 	// TrackHistory keeps every committed id and operation in memory and in
 	// snapshots, for the simulation's checkers. Off in servers.
 	TrackHistory bool
+	// Logger, if set, receives progress lines of long work (the replay of
+	// the log at start).
+	Logger *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -197,6 +201,7 @@ type Replica struct {
 	// result is the one the (TS, ID) order gives.
 	st        *state.State
 	tentative []executed
+	ntent     int // entries of tentative not committed
 	committed []OpID
 
 	// vv covers every operation received (committed or tentative);
@@ -260,17 +265,24 @@ func New(cfg Config) (*Replica, error) {
 		reads:         map[uint64]*pendingRead{},
 	}
 	r.incarnation = cfg.Rand.Uint64()
-	// A snapshot in storage is the starting point; raft replays the log
-	// after it.
-	applied, err := r.loadSnapshot()
-	if err != nil {
+	// Recovery: the snapshot in storage is the starting point; then the
+	// log entries known committed (up to the durable commit index) are
+	// applied here, before anything else is tentative, so that each costs
+	// what it commits; then own operations persisted but not committed come
+	// back as tentative. Raft goes on from the commit index.
+	if _, err := r.loadSnapshot(); err != nil {
 		return nil, err
 	}
+	hs, _, err := cfg.Storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("replica: reading hard state: %w", err)
+	}
+	commit := max(hs.GetCommit(), r.applied)
 	r.node, err = consensus.New(consensus.Config{
 		ID:             cfg.ID,
 		Peers:          cfg.Peers,
 		Storage:        cfg.Storage,
-		Applied:        applied,
+		Applied:        commit,
 		ElectionTicks:  cfg.ElectionTicks,
 		HeartbeatTicks: cfg.HeartbeatTicks,
 		Rand:           cfg.Rand,
@@ -278,8 +290,9 @@ func New(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Own operations persisted before a crash come back as tentative; the
-	// replay of the raft log commits those that were committed.
+	if err := r.replay(commit); err != nil {
+		return nil, err
+	}
 	r.seq = r.vv[cfg.ID]
 	for _, req := range cfg.OwnOps {
 		if req.ID.Origin != cfg.ID {
@@ -300,6 +313,48 @@ func New(cfg Config) (*Replica, error) {
 	}
 	return r, nil
 }
+
+// replayBatchBytes bounds the log entries read from storage at once during
+// recovery.
+const replayBatchBytes = 16 << 20
+
+// replay applies the committed log entries after the snapshot, up to
+// commit, reading them from storage in bounded batches. Nothing is
+// tentative yet, so each entry costs the operations it commits: recovery
+// time is linear in the log it reads.
+func (r *Replica) replay(commit uint64) error {
+	from := r.applied + 1
+	total := commit - r.applied
+	progress := r.cfg.Logger != nil && total > 0
+	if progress {
+		r.cfg.Logger.Info("replaying the committed log", "from", from, "to", commit, "entries", total)
+	}
+	for lo := from; lo <= commit; {
+		ents, err := r.cfg.Storage.Entries(lo, commit+1, replayBatchBytes)
+		if err != nil {
+			return fmt.Errorf("replica: reading log entries from %d: %w", lo, err)
+		}
+		if len(ents) == 0 {
+			return fmt.Errorf("replica: log entries from %d to %d missing", lo, commit)
+		}
+		for _, ent := range ents {
+			if err := r.apply(ent); err != nil {
+				return err
+			}
+		}
+		lo = ents[len(ents)-1].GetIndex() + 1
+		if progress && (lo-from)/replayLogEvery != (lo-from-uint64(len(ents)))/replayLogEvery {
+			r.cfg.Logger.Info("replaying the committed log", "applied", lo-1, "of", commit)
+		}
+	}
+	if progress {
+		r.cfg.Logger.Info("replayed the committed log", "applied", r.applied, "committed ops", r.committedCount())
+	}
+	return nil
+}
+
+// replayLogEvery is how many replayed entries pass between progress lines.
+const replayLogEvery = 10_000
 
 // ID returns the replica's id.
 func (r *Replica) ID() uint64 { return r.cfg.ID }
@@ -384,7 +439,7 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	if cr.Op.ReadOnly() {
 		return r.submitRead(cr)
 	}
-	if r.TentativeLen() >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
+	if r.ownUncommitted() >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
 		return ErrBusy
 	}
 	r.seq++
@@ -502,6 +557,9 @@ func (r *Replica) rollbackTo(pos int) []executed {
 	for i := len(r.tentative) - 1; i >= pos; i-- {
 		r.st.Revert(r.tentative[i].undo)
 		r.stats.Rollbacks++
+		if !r.tentative[i].committed {
+			r.ntent--
+		}
 	}
 	rest := slices.Clone(r.tentative[pos:])
 	r.tentative = r.tentative[:pos]
@@ -518,6 +576,9 @@ func (r *Replica) reexec(es []executed) {
 		r.stats.Executions++
 		e.result, e.undo = res, undo
 		r.tentative = append(r.tentative, e)
+		if !e.committed {
+			r.ntent++
+		}
 	}
 }
 
@@ -537,7 +598,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 		return
 	}
 	// None of this is a reordering: keep it out of the counters.
-	saved := r.stats
+	saved, ntent := r.stats, r.ntent
 	rest := r.rollbackTo(0)
 	var undos []state.Undo
 	for _, e := range rest {
@@ -554,7 +615,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 		e.result, e.undo = r.st.Apply(e.req.Op)
 		r.tentative = append(r.tentative, e)
 	}
-	r.stats = saved
+	r.stats, r.ntent = saved, ntent
 }
 
 // Stamp returns the replica's current stamp.
@@ -568,12 +629,10 @@ func (r *Replica) TransferLeadership(id uint64) { r.node.TransferLeadership(id) 
 func (r *Replica) Term() uint64 { return r.node.Status().GetTerm() }
 
 // TentativeLen returns the number of tentative operations.
-func (r *Replica) TentativeLen() int {
-	n := 0
-	for _, e := range r.tentative {
-		if !e.committed {
-			n++
-		}
-	}
-	return n
+func (r *Replica) TentativeLen() int { return r.ntent }
+
+// ownUncommitted is the number of this replica's own operations not yet
+// committed (its prefix is contiguous, so a difference of VV entries).
+func (r *Replica) ownUncommitted() int {
+	return int(r.vv[r.cfg.ID] - r.committedVV[r.cfg.ID])
 }

@@ -26,6 +26,14 @@ type SnapshotRequest struct {
 // snapshotVersion 2 added the clock reading.
 const snapshotVersion = 2
 
+// Least encoded sizes in a snapshot, which bound what a claimed count can
+// be: an origin's results (origin, count), one result (seq, length, and
+// the result's code, flags, value length, int, len and item count).
+const (
+	minOriginResultsBytes = 2
+	minResultBytes        = 8
+)
+
 // snapshotData encodes the committed state at the applied index: the state
 // machine, the committed version vector and count, and, when the replica
 // tracks history (simulation), the committed ids and operations so that the
@@ -147,17 +155,19 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 	clock := d.uvarint()
 	count := d.uvarint()
 	cvv := d.vv()
-	n := d.count()
+	n := d.count(minReqBytes)
 	var committedOps []*Req
 	for i := 0; i < n && d.err == nil; i++ {
 		committedOps = append(committedOps, d.req())
 	}
+	// Byte lengths are bounded by the input only (d.count(1)): a snapshot
+	// holds the whole state, any number of maximal values.
 	results := map[uint64][]committedResult{}
-	for no := d.count(); no > 0 && d.err == nil; no-- {
+	for no := d.count(minOriginResultsBytes); no > 0 && d.err == nil; no-- {
 		o := d.uvarint()
-		for k := d.count(); k > 0 && d.err == nil; k-- {
+		for k := d.count(minResultBytes); k > 0 && d.err == nil; k-- {
 			seq := d.uvarint()
-			n := d.count()
+			n := d.count(1)
 			if d.err != nil {
 				break
 			}
@@ -169,7 +179,7 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 			results[o] = append(results[o], committedResult{seq, res})
 		}
 	}
-	sz := d.count()
+	sz := d.count(1)
 	if d.err != nil {
 		return fmt.Errorf("replica: snapshot: %w", d.err)
 	}

@@ -61,7 +61,7 @@ func (m *memStorage) TruncateOwn(upTo uint64) error {
 }
 func (m *memStorage) Close() error { return nil }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +102,7 @@ func startCluster(t *testing.T, n int, mk func(id uint64) Storage) []*Server {
 	return servers
 }
 
-func dial(t *testing.T, addr string) api.StoreClient {
+func dial(t testing.TB, addr string) api.StoreClient {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -1,0 +1,138 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/storage"
+)
+
+// BenchmarkRecovery measures what a user feels when a replica restarts: a
+// three-replica cluster on Pebble (fsync on) takes n weak puts through
+// replica 1 with snapshots off (so all n are since the last snapshot), then
+// replica 1 stops and starts again from its directory. It reports the time
+// until it answers Status (status-s) and until a strong put through it gets
+// its final view (final-s). Recovery must not grow faster than the log it
+// replays (README "Restart and failover"): compare 1k, 10k and 100k.
+//
+//	go test ./internal/server -run '^$' -bench Recovery -benchtime 1x -timeout 30m
+func BenchmarkRecovery(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("writes=%d", n), func(b *testing.B) {
+			for range b.N {
+				status, final := measureRecovery(b, n)
+				b.ReportMetric(status.Seconds(), "status-s")
+				b.ReportMetric(final.Seconds(), "final-s")
+			}
+		})
+	}
+}
+
+func measureRecovery(b *testing.B, n int) (status, final time.Duration) {
+	b.Helper()
+	b.StopTimer()
+	dir := b.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	peers := map[uint64]string{}
+	for i := uint64(1); i <= 3; i++ {
+		peers[i] = freeAddr(b)
+	}
+	open := func(id uint64) *Server {
+		st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), Logger: log})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := New(Config{ID: id, Peers: peers, ClientAddr: peers[id], PeerAddr: peers[id], Storage: st,
+			Logger: log, Seed: id, SnapshotEntries: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	servers := []*Server{open(1), open(2), open(3)}
+	defer func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c := dial(b, peers[1])
+	// Load: n weak puts through replica 1, 64 outstanding.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				op := put(fmt.Sprintf("k%d", i%1000), fmt.Sprintf("v%d", i))
+				for {
+					_, err := invoke(ctx, c, &api.InvokeRequest{Op: op, Preliminary: true})
+					if err == nil {
+						break
+					}
+					if ctx.Err() != nil {
+						failed.Store(err)
+						return
+					}
+					time.Sleep(time.Millisecond) // overloaded: back off
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+	// Let the no-ops commit what the puts left tentative, as on a live
+	// cluster; the restart then replays a committed log.
+	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("sync", "x"), Final: true, Strong: true}); err != nil {
+		b.Fatal(err)
+	}
+	servers[0].Stop()
+
+	b.StartTimer()
+	start := time.Now()
+	servers[0] = open(1)
+	c = dial(b, peers[1])
+	for {
+		if _, err := c.Status(ctx, &api.StatusRequest{}); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	status = time.Since(start)
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := invoke(cctx, c, &api.InvokeRequest{Op: put("after", "x"), Final: true, Strong: true})
+		ccancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			b.Fatal(err)
+		}
+	}
+	final = time.Since(start)
+	b.StopTimer()
+	return status, final
+}
