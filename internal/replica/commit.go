@@ -274,7 +274,7 @@ func (r *Replica) commit(ops []*Req) error {
 		}
 		r.emit(View{
 			Client: w.client, Seq: w.seq, ID: q.ID, Result: results[i], Stable: true,
-			Confirmed: w.sent && results[i].Equal(w.tentative),
+			Confirmed: w.sent && results[i].Equal(w.tentative), Last: true,
 		})
 	}
 	return nil
@@ -585,7 +585,7 @@ func (r *Replica) serveReads() {
 		delete(r.reads, id)
 		r.emit(View{
 			Client: pr.req.Client, Seq: pr.req.Seq, Result: results[i], Stable: true,
-			Confirmed: pr.sent && results[i].Equal(pr.tentative),
+			Confirmed: pr.sent && results[i].Equal(pr.tentative), Last: true,
 		})
 	}
 }

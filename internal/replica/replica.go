@@ -452,7 +452,7 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	r.out.Persist = append(r.out.Persist, req)
 	w := &waiter{client: cr.Client, seq: cr.Seq, want: cr.Want, tentative: res}
 	if cr.Want&WantTentative != 0 {
-		r.emit(View{Client: cr.Client, Seq: cr.Seq, ID: req.ID, Result: res})
+		r.emit(View{Client: cr.Client, Seq: cr.Seq, ID: req.ID, Result: res, Last: cr.Want&WantStable == 0})
 		w.sent = true
 	}
 	if cr.Want&WantStable != 0 {
@@ -481,7 +481,7 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 	res := r.execRead(cr.Op)
 	sent := false
 	if cr.Want&WantTentative != 0 || !cr.Strong {
-		r.emit(View{Client: cr.Client, Seq: cr.Seq, Result: res})
+		r.emit(View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: !cr.Strong || cr.Want&WantStable == 0})
 		sent = true
 	}
 	if !cr.Strong || cr.Want&WantStable == 0 {

@@ -246,7 +246,7 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 			return fmt.Errorf("replica: snapshot at %d lacks the result of waiting operation %v", applied, id)
 		}
 		r.emit(View{Client: w.client, Seq: w.seq, ID: id, Result: res, Stable: true,
-			Confirmed: w.sent && res.Equal(w.tentative)})
+			Confirmed: w.sent && res.Equal(w.tentative), Last: true})
 	}
 	for id := range r.pendingStrong {
 		if id.Seq <= r.committedVV[id.Origin] {

@@ -169,6 +169,9 @@ type View struct {
 	// Confirmed marks a stable view whose result equals the tentative view
 	// sent before: the wire can carry it without the payload.
 	Confirmed bool
+	// Last marks the last view of the request: a request gets at most two
+	// views (tentative, then stable), and nothing after the one marked Last.
+	Last bool
 	Stamp     Stamp
 }
 
