@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/stats"
 
+	"github.com/correctables/correctables/internal/driver"
 	"github.com/correctables/correctables/internal/replica"
 )
 
@@ -17,6 +18,9 @@ type Metrics struct {
 	divergence *prometheus.CounterVec
 	wire       *prometheus.CounterVec
 	dropped    prometheus.Counter
+	saves      prometheus.Counter
+	saveLat    prometheus.Histogram
+	batch      *prometheus.HistogramVec
 }
 
 // NewMetrics registers the server's metrics with reg.
@@ -40,7 +44,18 @@ func NewMetrics(reg prometheus.Registerer, replicaID string) *Metrics {
 			Name: "correctables_peer_messages_dropped_total", Help: "Messages to peers dropped because the peer's queue was full.", ConstLabels: l,
 		}),
 	}
-	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped)
+	m.saves = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_storage_syncs_total", Help: "Synced storage writes (one per handled batch with something to persist).", ConstLabels: l,
+	})
+	m.saveLat = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "correctables_storage_sync_seconds", Help: "Time of one synced storage write (fsync included).",
+		ConstLabels: l, Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	})
+	m.batch = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "correctables_batch_size", Help: "Per handled batch (group commit): raft entries and own operations persisted, messages sent, views delivered.",
+		ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+	}, []string{"what"})
+	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch)
 	return m
 }
 
@@ -65,6 +80,21 @@ func (m *Metrics) observeView(strong bool, v replica.View, prelim *replica.View,
 			m.divergence.WithLabelValues("diverged").Inc()
 		}
 	}
+}
+
+// observeRound records what one batch of the loop did.
+func (m *Metrics) observeRound(r driver.Round) {
+	if m == nil {
+		return
+	}
+	if r.Saves > 0 {
+		m.saves.Add(float64(r.Saves))
+		m.saveLat.Observe(r.Save.Seconds() / float64(r.Saves))
+		m.batch.WithLabelValues("entries").Observe(float64(r.Entries))
+		m.batch.WithLabelValues("own_ops").Observe(float64(r.OwnOps))
+	}
+	m.batch.WithLabelValues("messages").Observe(float64(r.Messages))
+	m.batch.WithLabelValues("views").Observe(float64(r.Views))
 }
 
 func (m *Metrics) peerDropped() {

@@ -11,30 +11,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 
 	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/driver"
 	"github.com/correctables/correctables/internal/replica"
 	"github.com/correctables/correctables/internal/state"
 )
 
-// Storage is a replica's durable storage: the raft log and hard state, and
-// the replica's own operations. internal/storage implements it on Pebble.
-type Storage interface {
-	raft.Storage
-	// Save persists, atomically and durably, what one Ready asks for.
-	Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error
-	// OwnOps returns the persisted own operations in sequence order.
-	OwnOps() ([]*replica.Req, error)
-	// CreateSnapshot stores a snapshot of the state at index; Compact drops
-	// the log before index; TruncateOwn drops own operations up to seq.
-	CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error)
-	Compact(index uint64) error
-	TruncateOwn(upTo uint64) error
-	Close() error
-}
+// Storage is a replica's durable storage (see driver.Storage);
+// internal/storage implements it on Pebble.
+type Storage = driver.Storage
 
 // Config configures a Server. validate fills defaults.
 type Config struct {
@@ -63,6 +50,10 @@ type Config struct {
 	Limits state.Limits
 	// MaxInflight bounds client requests in flight. Default 10,000.
 	MaxInflight int
+	// MaxBatch bounds the inputs (client requests, peer messages, ticks)
+	// the loop takes before it handles a Ready: one fsync covers them all
+	// (group commit). Default 512.
+	MaxBatch int
 	// PeerQueue and PeerQueueBytes bound the messages queued for one
 	// peer; past them messages are dropped (raft and anti-entropy recover).
 	// Defaults 4,096 and 64 MiB.
@@ -106,6 +97,7 @@ func (c *Config) validate() error {
 	def(&c.NoopTicks, 5)
 	def(&c.RetryTicks, 50)
 	def(&c.MaxInflight, 10_000)
+	def(&c.MaxBatch, 512)
 	def(&c.CompactMargin, 1000)
 	def(&c.PeerQueue, 4096)
 	def(&c.PeerQueueBytes, 64<<20)
@@ -135,6 +127,7 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	rep *replica.Replica
+	drv *driver.Driver
 
 	submit  chan *request
 	inbound chan replica.Message
@@ -178,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 		Rand:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
 		Limits: cfg.Limits, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		GossipTicks: cfg.GossipTicks, NoopTicks: cfg.NoopTicks, RetryTicks: cfg.RetryTicks,
-		SnapshotEntries: cfg.SnapshotEntries,
+		SnapshotEntries: cfg.SnapshotEntries, Logger: cfg.Logger.With("replica", cfg.ID),
 	})
 	if err != nil {
 		return nil, err
@@ -199,6 +192,13 @@ func New(cfg Config) (*Server, error) {
 		if id != cfg.ID {
 			s.peers[id] = newPeer(s, id, addr)
 		}
+	}
+	s.drv, err = driver.New(driver.Config{
+		Replica: rep, Storage: cfg.Storage, Send: s.send, Deliver: s.deliver,
+		CompactMargin: uint64(cfg.CompactMargin), Logger: s.log, Observe: cfg.Metrics.observeRound,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -292,8 +292,9 @@ func (s *Server) loopDone() <-chan struct{} {
 	return s.done
 }
 
-// loop owns the replica: every input goes through here, and after each one
-// the Ready is handled (persist, then send, then deliver).
+// loop owns the replica. It waits for an input, takes every other input
+// already queued (up to MaxBatch), and then handles the Ready once: one
+// fsync and one round of messages for the whole batch (group commit).
 func (s *Server) loop() {
 	defer close(s.done)
 	defer func() {
@@ -316,23 +317,28 @@ func (s *Server) loop() {
 		case <-ticker.C:
 			s.rep.Tick()
 		case m := <-s.inbound:
-			if err := s.rep.Step(m); err != nil {
-				s.log.Debug("peer message refused", "from", m.From, "type", m.Type, "err", err)
-			}
+			s.step(m)
 		case req := <-s.submit:
-			s.nextSeq++
-			req.cr.Seq = s.nextSeq
-			err := s.rep.Submit(req.cr)
-			if err == nil && req.cr.Want != 0 {
-				s.waiting[req.cr.Seq] = req
-			}
-			req.err <- err
+			s.submitOne(req)
 		case reply := <-s.status:
 			reply <- s.statusReply()
 		case f := <-s.do:
 			f(s.rep)
 		}
-		if err := s.handleReady(); err != nil {
+	drain:
+		for n := 1; n < s.cfg.MaxBatch; n++ {
+			select {
+			case m := <-s.inbound:
+				s.step(m)
+			case req := <-s.submit:
+				s.submitOne(req)
+			case <-ticker.C:
+				s.rep.Tick()
+			default:
+				break drain
+			}
+		}
+		if err := s.drv.HandleReady(); err != nil {
 			// Fail-stop: the loop ends (done closes, so every request and
 			// stream gets Unavailable at once); Stop still cleans up.
 			s.loopErr = err
@@ -343,58 +349,47 @@ func (s *Server) loop() {
 	}
 }
 
-func (s *Server) handleReady() error {
-	for s.rep.HasReady() {
-		rd, err := s.rep.Ready()
-		if err != nil {
-			return err
-		}
-		if err := s.cfg.Storage.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.Persist); err != nil {
-			return fmt.Errorf("server: persisting: %w", err)
-		}
-		if req := rd.CreateSnapshot; req != nil {
-			if err := s.snapshot(req); err != nil {
-				return err
-			}
-		}
-		for _, m := range rd.Messages {
-			if p := s.peers[m.To]; p != nil {
-				p.enqueue(m)
-			}
-		}
-		for _, v := range rd.Views {
-			req := s.waiting[v.Seq]
-			if req == nil {
-				continue
-			}
-			req.views <- v // buffered for every view it can get
-			if v.Stable || req.cr.Want&replica.WantStable == 0 || (req.cr.Op.ReadOnly() && !req.cr.Strong) {
-				delete(s.waiting, v.Seq)
-				close(req.views)
-			}
-		}
-		s.rep.Advance(rd)
+func (s *Server) step(m replica.Message) {
+	if err := s.rep.Step(m); err != nil {
+		s.log.Debug("peer message refused", "from", m.From, "type", m.Type, "err", err)
 	}
-	return nil
 }
 
-// snapshot stores a snapshot the replica asked for and compacts behind it.
-func (s *Server) snapshot(req *replica.SnapshotRequest) error {
-	if _, err := s.cfg.Storage.CreateSnapshot(req.Index, req.ConfState, req.Data); err != nil {
-		if errors.Is(err, raft.ErrSnapOutOfDate) {
-			return nil
-		}
-		return fmt.Errorf("server: snapshot at %d: %w", req.Index, err)
+func (s *Server) submitOne(req *request) {
+	s.nextSeq++
+	req.cr.Seq = s.nextSeq
+	err := s.rep.Submit(req.cr)
+	if err == nil && req.cr.Want != 0 {
+		s.waiting[req.cr.Seq] = req
 	}
-	if m := uint64(s.cfg.CompactMargin); req.Index > m {
-		if err := s.cfg.Storage.Compact(req.Index - m); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			return fmt.Errorf("server: compacting to %d: %w", req.Index-m, err)
-		}
+	req.err <- err
+}
+
+// send hands a message to its peer's queue (never blocks).
+func (s *Server) send(m replica.Message) {
+	if p := s.peers[m.To]; p != nil {
+		p.enqueue(m)
 	}
-	if err := s.cfg.Storage.TruncateOwn(req.OwnCommitted); err != nil {
-		return fmt.Errorf("server: dropping committed own operations: %w", err)
+}
+
+// deliver hands a view to its request. A request's channel has room for
+// every view it can get (two); the core marks the last one, after which
+// the request is gone. A full channel would block the loop for good, so it
+// is a broken invariant, not back-pressure.
+func (s *Server) deliver(v replica.View) error {
+	req := s.waiting[v.Seq]
+	if req == nil {
+		return nil // its client went away and the request ended
 	}
-	s.log.Info("snapshot", "index", req.Index, "bytes", len(req.Data))
+	select {
+	case req.views <- v:
+	default:
+		return fmt.Errorf("server: invariant: request %d got a view past its channel's room (%d)", v.Seq, cap(req.views))
+	}
+	if v.Last {
+		delete(s.waiting, v.Seq)
+		close(req.views)
+	}
 	return nil
 }
 
