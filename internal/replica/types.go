@@ -171,8 +171,8 @@ type View struct {
 	Confirmed bool
 	// Last marks the last view of the request: a request gets at most two
 	// views (tentative, then stable), and nothing after the one marked Last.
-	Last bool
-	Stamp     Stamp
+	Last  bool
+	Stamp Stamp
 }
 
 // MsgType tells what a Message carries.
