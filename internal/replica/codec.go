@@ -22,11 +22,7 @@ type entry struct {
 	Ops      []*Req
 }
 
-const (
-	entryVersion = 1
-	// maxDecodeOps bounds what a decoder allocates for a claimed count.
-	maxDecodeOps = 1 << 20
-)
+const entryVersion = 1
 
 func encodeEntry(e entry) []byte {
 	b := []byte{entryVersion}
@@ -44,7 +40,7 @@ func decodeEntry(b []byte) (entry, error) {
 		return entry{}, fmt.Errorf("%w: entry version %d", ErrCorrupt, v)
 	}
 	e := entry{Proposer: d.uvarint()}
-	n := d.count()
+	n := d.count(minReqBytes)
 	for i := 0; i < n && d.err == nil; i++ {
 		e.Ops = append(e.Ops, d.req())
 	}
@@ -122,17 +118,35 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
-func (d *decoder) count() int {
+// Least encoded sizes, which bound what a claimed count can be.
+const (
+	// minReqBytes: origin, seq, ts, strong flag, VV length, op length and
+	// the op's kind and flags.
+	minReqBytes = 8
+	// minVVEntryBytes: origin and sequence number.
+	minVVEntryBytes = 2
+)
+
+// count reads a count of elements of at least min bytes each, or (min 1) a
+// byte length, and checks it against the remaining input: garbage cannot
+// make the decoder allocate more than a small multiple of its input. No
+// other bound: what the limits let into a log entry, a message or a
+// snapshot (state.Limits: values of 1 MiB, operations of 3 MiB, snapshots
+// of any size) must decode.
+func (d *decoder) count(min int) int {
 	n := d.uvarint()
-	if n > maxDecodeOps || n > uint64(len(d.b)) {
-		d.fail("count too large")
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.b)/min) {
+		d.fail(fmt.Sprintf("count %d exceeds the %d bytes left", n, len(d.b)))
 		return 0
 	}
 	return int(n)
 }
 
 func (d *decoder) vv() VV {
-	n := d.count()
+	n := d.count(minVVEntryBytes)
 	if n == 0 {
 		return nil
 	}
@@ -156,7 +170,7 @@ func (d *decoder) req() *Req {
 		d.fail("bad strong flag")
 	}
 	q.Ctx = d.vv()
-	n := d.count()
+	n := d.count(1)
 	if d.err != nil {
 		return q
 	}
@@ -209,7 +223,7 @@ func DecodeMessage(b []byte) (Message, error) {
 	if m.VV = d.vv(); len(m.VV) > maxMessageVV {
 		d.fail("version vector too large")
 	}
-	n := d.count()
+	n := d.count(minReqBytes)
 	for i := 0; i < n && d.err == nil; i++ {
 		m.Ops = append(m.Ops, d.req())
 	}
