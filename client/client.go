@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -65,6 +66,14 @@ type EndpointInfo struct {
 	Err error
 }
 
+// MaxReplyBytes bounds a reply the client accepts. Replies are as large as
+// the servers' limits make them: a scan returns up to MaxScan items of a
+// key and a value each, about 1 GB at the default limits, far over gRPC's
+// default of 4 MiB (a scan of five maximal values failed as if the replica
+// were overloaded). The client trusts its servers; WithDialOptions with
+// grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n)) lowers it.
+const MaxReplyBytes = math.MaxInt32
+
 // Dial connects to the replicas at endpoints (host:port) and measures the
 // round-trip time to each with a few Status probes, within the dial timeout.
 // It fails with ErrUnavailable if no endpoint answers, and with
@@ -89,6 +98,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, err
 	dialOpts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithStatsHandler(wireCounter{&c.stats}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes)),
 	}, cfg.dialOpts...)
 	for i, addr := range endpoints {
 		conn, err := grpc.NewClient(addr, dialOpts...)

@@ -23,6 +23,7 @@ import (
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/client"
 	"github.com/correctables/correctables/internal/replica"
+	"github.com/correctables/correctables/internal/state"
 )
 
 // Regression (review bug 1): Start fails after creating the client gRPC server (peer address in
@@ -165,7 +166,10 @@ func TestReviewBugLargeValuesStallReplication(t *testing.T) {
 	}
 	t0 := time.Now()
 	t.Cleanup(func() { t.Logf("cleanup done at %v", time.Since(t0)) })
-	val := string(make([]byte, 1<<20-64))
+	// Exactly the limit: a value that validation lets through must
+	// replicate (1<<20-64 used to slip under a decoder cap that made a
+	// value of exactly the limit fail-stop the leader).
+	val := string(make([]byte, state.DefaultMaxValue))
 	// 16 MiB of weak writes; 6 MiB under the race detector, still more
 	// than one log entry (4 MiB) and what one envelope carries.
 	n := 16
