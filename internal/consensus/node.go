@@ -93,6 +93,12 @@ type Node struct {
 	// randomised election timeout.
 	sinceLeader int
 	timeout     int
+
+	// transferee is the target of the leadership transfer this node (as
+	// leader) has pending, and transferTicks the ticks it has been
+	// pending: abandoned after ElectionTicks (see Tick).
+	transferee    uint64
+	transferTicks int
 }
 
 // New starts a Node. A fresh cluster (empty storage) bootstraps with
@@ -157,8 +163,10 @@ func (n *Node) Tick() {
 	n.rn.Tick()
 	if n.rn.BasicStatus().RaftState == raft.StateLeader {
 		n.sinceLeader = 0
+		n.tickTransfer()
 		return
 	}
+	n.transferee, n.transferTicks = 0, 0
 	n.sinceLeader++
 	if n.sinceLeader >= n.timeout {
 		n.resetTimer()
@@ -168,9 +176,44 @@ func (n *Node) Tick() {
 	}
 }
 
+// tickTransfer abandons a leadership transfer that has been pending for
+// ElectionTicks ticks. raft does that itself after an election timeout
+// ("if current leader cannot transfer leadership in electionTimeout, it
+// becomes leader again"), counted by the election timer this Node disables
+// (raftElectionTick); without it, a transfer to a crashed or cut-off
+// replica stays pending for ever, and the leader drops every proposal
+// while one is pending. A MsgTransferLeader naming the leader itself
+// aborts the pending transfer (raft's stepLeader: a request for another
+// transferee aborts the current one, then one for the leader is ignored).
+func (n *Node) tickTransfer() {
+	lt := n.rn.BasicStatus().LeadTransferee
+	if lt == 0 {
+		n.transferee, n.transferTicks = 0, 0
+		return
+	}
+	if lt != n.transferee {
+		n.transferee, n.transferTicks = lt, 0
+	}
+	n.transferTicks++
+	if n.transferTicks >= n.cfg.ElectionTicks {
+		n.rn.TransferLeader(n.cfg.ID)
+		n.transferee, n.transferTicks = 0, 0
+	}
+}
+
+// noteTransfer restarts the count of a transfer that started (or changed
+// target) in a call: raft gives each request a full election timeout.
+func (n *Node) noteTransfer(before raft.BasicStatus) {
+	if lt := n.rn.BasicStatus().LeadTransferee; lt != 0 && lt != before.LeadTransferee {
+		n.transferee, n.transferTicks = lt, 0
+	}
+}
+
 // Step hands a message from a peer to raft.
 func (n *Node) Step(m *raftpb.Message) error {
 	before := n.rn.BasicStatus()
+	// A follower forwards MsgTransferLeader to the leader.
+	defer n.noteTransfer(before)
 	switch m.GetType() {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
 		// Only a leader of at least our term sends these; hearing from it
@@ -228,8 +271,15 @@ func (n *Node) ReportSnapshot(id uint64, ok bool) {
 	n.rn.ReportSnapshot(id, st)
 }
 
-// TransferLeadership asks the leader to hand leadership to id.
-func (n *Node) TransferLeadership(id uint64) { n.rn.TransferLeader(id) }
+// TransferLeadership asks the leader to hand leadership to id. The leader
+// drops proposals while the transfer is pending; if id has not taken over
+// within ElectionTicks ticks (it may be down), the leader abandons the
+// transfer and carries on.
+func (n *Node) TransferLeadership(id uint64) {
+	before := n.rn.BasicStatus()
+	n.rn.TransferLeader(id)
+	n.noteTransfer(before)
+}
 
 // discardLogger drops raft's log lines; the driver injects a real one.
 type discardLogger struct{}
