@@ -202,6 +202,9 @@ type Replica struct {
 	st        *state.State
 	tentative []executed
 	ntent     int // entries of tentative not committed
+	// latest is at or after, in (TS, ID) order, every operation of
+	// tentative that is not committed (nil: none).
+	latest *Req
 	committed []OpID
 
 	// vv covers every operation received (committed or tentative);
@@ -533,10 +536,15 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	// back and re-executed in order with the newcomer.
 	x := executed{req: req}
 	c := len(r.tentative)
-	for i, e := range r.tentative {
-		if before(e, x) > 0 && conflicts(e.req, req) {
-			c = i
-			break
+	// The common case, an operation newer than every tentative one (every
+	// operation this replica accepts, and gossip in timestamp order), goes
+	// on top without a scan: latest bounds the tentative ones from above.
+	if r.ntent > 0 && (r.latest == nil || compareReq(r.latest, req) > 0) {
+		for i, e := range r.tentative {
+			if before(e, x) > 0 && conflicts(e.req, req) {
+				c = i
+				break
+			}
 		}
 	}
 	r.reexec(append(r.rollbackTo(c), x))
@@ -578,6 +586,9 @@ func (r *Replica) reexec(es []executed) {
 		r.tentative = append(r.tentative, e)
 		if !e.committed {
 			r.ntent++
+			if r.latest == nil || compareReq(e.req, r.latest) > 0 {
+				r.latest = e.req
+			}
 		}
 	}
 }

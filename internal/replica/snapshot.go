@@ -201,7 +201,7 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 			keep = append(keep, executed{req: e.req})
 		}
 	}
-	r.tentative = nil
+	r.tentative, r.ntent, r.latest = nil, 0, nil
 	r.st = st
 	r.applied = applied
 	r.snapIndex = applied
