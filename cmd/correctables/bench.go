@@ -24,7 +24,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure the store (see the subcommands)",
 	}
-	cmd.AddCommand(newLatencyGapCmd())
+	cmd.AddCommand(newLatencyGapCmd(), newLoadCmd(), newEtcdMemberCmd())
 	return cmd
 }
 

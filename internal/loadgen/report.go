@@ -1,0 +1,170 @@
+package loadgen
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// Ratios compare a row with the peer system's row of the same workload,
+// mode and concurrency: ours divided by theirs.
+type Ratios struct {
+	OpsPerSec, P99, CPUPerOp, RSS float64 // 0: unknown
+}
+
+// Peer returns the row of rows that r is compared with: the same workload,
+// distribution, mode and concurrency on another system (nil if none).
+func Peer(r *Result, rows []*Result) *Result {
+	for _, o := range rows {
+		if o != r && o.System != r.System && o.Workload == r.Workload && o.Dist == r.Dist &&
+			o.Mode == r.Mode && o.Concurrency == r.Concurrency {
+			return o
+		}
+	}
+	return nil
+}
+
+// Compare returns r's ratios to p.
+func Compare(r, p *Result) Ratios {
+	var q Ratios
+	div := func(a, b float64) float64 {
+		if a <= 0 || b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	q.OpsPerSec = div(r.OpsPerSec(), p.OpsPerSec())
+	if r.Ops > 0 && p.Ops > 0 {
+		q.P99 = div(float64(r.LastView().ValueAtQuantile(99)), float64(p.LastView().ValueAtQuantile(99)))
+	}
+	a, ok1 := r.CPUPer1kOps()
+	b, ok2 := p.CPUPer1kOps()
+	if ok1 && ok2 {
+		q.CPUPerOp = div(a, b)
+	}
+	if r.Server != nil && p.Server != nil {
+		q.RSS = div(float64(r.Server.PeakRSS), float64(p.Server.PeakRSS))
+	}
+	return q
+}
+
+func ms(h interface{ ValueAtQuantile(float64) int64 }, n int64, q float64) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", float64(h.ValueAtQuantile(q))/1000)
+}
+
+func ratio(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+// WriteTable writes the rows as an aligned table: throughput, the p50 and
+// p99 of each view (ms), divergence, bytes per op on the client link,
+// server CPU seconds per 1,000 ops and peak RSS (MiB), errors; rows of the
+// system named ours that have a peer row also get their ratios to it
+// (ours / peer: above 1 means more throughput, but more latency, CPU or
+// memory).
+func WriteTable(w io.Writer, rows []*Result, ours string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tmode\twl\tconc\tops/s\tprelim p50\tp99\tfinal p50\tp99\tdiverged\tB/op\tCPU s/1k ops\tpeak RSS MiB\terrors\t"+
+		"ops/s ratio\tp99 ratio\tCPU/op ratio\tRSS ratio\t")
+	for _, r := range rows {
+		div := "-"
+		if d, ok := r.DivergenceRate(); ok {
+			div = fmt.Sprintf("%.2f%%", d*100)
+		}
+		bpo := "-"
+		if b, ok := r.BytesPerOp(); ok {
+			bpo = fmt.Sprintf("%.0f", b)
+		}
+		cpu, rss := "-", "-"
+		if c, ok := r.CPUPer1kOps(); ok {
+			cpu = fmt.Sprintf("%.3f", c)
+		}
+		if r.Server != nil && r.Server.PeakRSS > 0 {
+			rss = fmt.Sprintf("%.0f", float64(r.Server.PeakRSS)/(1<<20))
+		}
+		vs := "\t\t\t\t"
+		if p := Peer(r, rows); r.System == ours && p != nil {
+			q := Compare(r, p)
+			vs = fmt.Sprintf("%s\t%s\t%s\t%s\t", ratio(q.OpsPerSec), ratio(q.P99), ratio(q.CPUPerOp), ratio(q.RSS))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n",
+			r.System, r.Mode, r.Workload, r.Concurrency, r.OpsPerSec(),
+			ms(r.Prelim, r.Prelim.TotalCount(), 50), ms(r.Prelim, r.Prelim.TotalCount(), 99),
+			ms(r.Final, r.Final.TotalCount(), 50), ms(r.Final, r.Final.TotalCount(), 99),
+			div, bpo, cpu, rss, r.Errors, vs)
+	}
+	return tw.Flush()
+}
+
+// CSVHeader is the header row of WriteCSV.
+var CSVHeader = []string{"system", "mode", "workload", "dist", "concurrency", "conns", "seconds", "ops", "errors",
+	"ops_per_s", "prelim_p50_ms", "prelim_p99_ms", "final_p50_ms", "final_p99_ms", "divergence",
+	"bytes_per_op", "server_cpu_s_per_1k_ops", "server_peak_rss_mib", "server_note",
+	"ratio_ops_per_s", "ratio_p99", "ratio_cpu_per_op", "ratio_rss"}
+
+// WriteCSV writes the rows as CSV with CSVHeader; empty cells are unknown.
+func WriteCSV(w io.Writer, rows []*Result, ours string) error {
+	cw := csv.NewWriter(w)
+	cw.Write(CSVHeader)
+	f := func(x float64, ok bool, prec int) string {
+		if !ok {
+			return ""
+		}
+		return strconv.FormatFloat(x, 'f', prec, 64)
+	}
+	lat := func(r *Result, final bool, q float64) string {
+		h := r.Prelim
+		if final {
+			h = r.Final
+		}
+		if h.TotalCount() == 0 {
+			return ""
+		}
+		return f(float64(h.ValueAtQuantile(q))/1000, true, 3)
+	}
+	for _, r := range rows {
+		d, dok := r.DivergenceRate()
+		b, bok := r.BytesPerOp()
+		c, cok := r.CPUPer1kOps()
+		var rss, note string
+		if r.Server != nil {
+			rss = f(float64(r.Server.PeakRSS)/(1<<20), r.Server.PeakRSS > 0, 1)
+			note = r.Server.Note
+		}
+		var q Ratios
+		if p := Peer(r, rows); r.System == ours && p != nil {
+			q = Compare(r, p)
+		}
+		cw.Write([]string{r.System, string(r.Mode), r.Workload, r.Dist, strconv.Itoa(r.Concurrency), strconv.Itoa(r.Conns),
+			f(r.Elapsed.Seconds(), true, 3), strconv.FormatUint(r.Ops, 10), strconv.FormatUint(r.Errors, 10),
+			f(r.OpsPerSec(), true, 1), lat(r, false, 50), lat(r, false, 99), lat(r, true, 50), lat(r, true, 99),
+			f(d, dok, 5), f(b, bok, 1), f(c, cok, 4), rss, note,
+			f(q.OpsPerSec, q.OpsPerSec > 0, 3), f(q.P99, q.P99 > 0, 3), f(q.CPUPerOp, q.CPUPerOp > 0, 3), f(q.RSS, q.RSS > 0, 3)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// Describe is a one-line summary of a row, for the progress output.
+func Describe(r *Result) string {
+	s := fmt.Sprintf("%s %s c=%d: %.0f ops/s, %d ops, %d errors", r.System, r.Mode, r.Concurrency, r.OpsPerSec(), r.Ops, r.Errors)
+	if r.Prelim.TotalCount() > 0 {
+		s += fmt.Sprintf(", prelim p50/p99 %s/%s ms", ms(r.Prelim, 1, 50), ms(r.Prelim, 1, 99))
+	}
+	if r.Final.TotalCount() > 0 {
+		s += fmt.Sprintf(", final p50/p99 %s/%s ms", ms(r.Final, 1, 50), ms(r.Final, 1, 99))
+	}
+	if c, ok := r.CPUPer1kOps(); ok {
+		s += fmt.Sprintf(", %.3f CPU s/1k ops", c)
+	}
+	return s + " (" + r.Elapsed.Round(time.Millisecond).String() + ")"
+}
