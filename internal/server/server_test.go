@@ -73,7 +73,7 @@ func freeAddr(t testing.TB) string {
 
 // startCluster starts n servers on loopback, each serving clients and peers
 // on one address.
-func startCluster(t *testing.T, n int, mk func(id uint64) Storage) []*Server {
+func startCluster(t testing.TB, n int, mk func(id uint64) Storage) []*Server {
 	t.Helper()
 	peers := map[uint64]string{}
 	for i := 1; i <= n; i++ {
