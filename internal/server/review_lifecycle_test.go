@@ -125,7 +125,13 @@ func TestReviewCancelledStreamsFreeInflight(t *testing.T) {
 	}
 	defer s.Stop()
 	c := dial(t, peers[1])
+	// The server learns of a cancellation when the client's RST_STREAM
+	// arrives and the handler's context ends, some time after cancel
+	// returns: each request waits for a free slot (held by handlers that
+	// have not noticed yet), not for a moment. A leaked slot makes the wait
+	// fail: 12 requests need 8 slots freed.
 	for i := range 12 {
+		waitInflight(t, s, cap(s.inflight)-1)
 		ctx, cancel := context.WithCancel(context.Background())
 		st, err := c.Invoke(ctx, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true, Final: true, Strong: true})
 		if err != nil {
@@ -136,23 +142,18 @@ func TestReviewCancelledStreamsFreeInflight(t *testing.T) {
 		}
 		cancel()
 	}
-	// The server notices the cancellations asynchronously; allow a moment.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := invoke(ctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true})
-		cancel()
-		if err == nil {
-			break
-		}
-		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
-			t.Fatalf("weak read after abandoned strong reads: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Every abandoned request frees its slot. (A weak read that succeeds
+	// shows only that one slot is free, and the four requests below need
+	// all of them: waiting for that alone failed about 1 run in 30.)
+	waitInflight(t, s, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true}); err != nil {
+		t.Fatalf("weak read after abandoned strong reads: %v", err)
 	}
+	cancel()
 	// MaxInflight requests really in flight exhaust the semaphore, with
 	// ResourceExhausted, not a hang.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	for i := range 4 {
 		st, err := c.Invoke(ctx, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true, Final: true, Strong: true})
@@ -167,6 +168,21 @@ func TestReviewCancelledStreamsFreeInflight(t *testing.T) {
 	defer tcancel()
 	if _, err := invoke(tctx, c, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("request over MaxInflight: %v, want ResourceExhausted", err)
+	}
+}
+
+// waitInflight waits until at most n client requests hold an inflight
+// slot. Slots are freed when handlers return, which for a cancelled stream
+// happens when the server notices the cancellation: asynchronously, so
+// this waits for the condition, with a deadline only against a leak.
+func waitInflight(t *testing.T, s *Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.inflight) > n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests still hold inflight slots after 30s, want at most %d: cancelled streams leak them", len(s.inflight), n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
