@@ -339,6 +339,11 @@ func report(out io.Writer, p *loadPlan, targets []*target, rows []*loadgen.Resul
 		}
 	}
 	for _, r := range rows {
+		if rt := loadgen.RouteShares(r); rt != "" {
+			fmt.Fprintf(out, "%s %s c=%d: served by %s; slowest second %.0f ops/s\n", r.System, r.Mode, r.Concurrency, rt, r.SlowestSecond)
+		}
+	}
+	for _, r := range rows {
 		if r.Errors > 0 {
 			fmt.Fprintf(out, "errors, %s %s c=%d: %s\n", r.System, r.Mode, r.Concurrency, r.ErrorSummary())
 		}

@@ -4,7 +4,9 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -109,7 +111,7 @@ func WriteTable(w io.Writer, rows []*Result, ours string) error {
 var CSVHeader = []string{"system", "mode", "workload", "dist", "concurrency", "conns", "seconds", "ops", "errors",
 	"ops_per_s", "prelim_p50_ms", "prelim_p99_ms", "final_p50_ms", "final_p99_ms", "divergence",
 	"bytes_per_op", "server_cpu_s_per_1k_ops", "server_peak_rss_mib", "server_note",
-	"ratio_ops_per_s", "ratio_p99", "ratio_cpu_per_op", "ratio_rss"}
+	"ratio_ops_per_s", "ratio_p99", "ratio_cpu_per_op", "ratio_rss", "slowest_second_ops_per_s", "served_by"}
 
 // WriteCSV writes the rows as CSV with CSVHeader; empty cells are unknown.
 func WriteCSV(w io.Writer, rows []*Result, ours string) error {
@@ -148,7 +150,8 @@ func WriteCSV(w io.Writer, rows []*Result, ours string) error {
 			f(r.Elapsed.Seconds(), true, 3), strconv.FormatUint(r.Ops, 10), strconv.FormatUint(r.Errors, 10),
 			f(r.OpsPerSec(), true, 1), lat(r, false, 50), lat(r, false, 99), lat(r, true, 50), lat(r, true, 99),
 			f(d, dok, 5), f(b, bok, 1), f(c, cok, 4), rss, note,
-			f(q.OpsPerSec, q.OpsPerSec > 0, 3), f(q.P99, q.P99 > 0, 3), f(q.CPUPerOp, q.CPUPerOp > 0, 3), f(q.RSS, q.RSS > 0, 3)})
+			f(q.OpsPerSec, q.OpsPerSec > 0, 3), f(q.P99, q.P99 > 0, 3), f(q.CPUPerOp, q.CPUPerOp > 0, 3), f(q.RSS, q.RSS > 0, 3),
+			f(r.SlowestSecond, r.SlowestSecond > 0, 1), RouteShares(r)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -166,5 +169,35 @@ func Describe(r *Result) string {
 	if c, ok := r.CPUPer1kOps(); ok {
 		s += fmt.Sprintf(", %.3f CPU s/1k ops", c)
 	}
+	if r.SlowestSecond > 0 || r.Elapsed >= 2*time.Second {
+		s += fmt.Sprintf(", slowest second %.0f ops/s", r.SlowestSecond)
+	}
+	if rt := RouteShares(r); rt != "" {
+		s += ", served by " + rt
+	}
 	return s + " (" + r.Elapsed.Round(time.Millisecond).String() + ")"
+}
+
+// RouteShares describes which endpoints served the row's operations
+// ("127.0.0.1:7101 80%, ..."), most first; "" if unknown.
+func RouteShares(r *Result) string {
+	var total uint64
+	type ep struct {
+		addr string
+		n    uint64
+	}
+	var eps []ep
+	for a, n := range r.Routes {
+		total += n
+		eps = append(eps, ep{a, n})
+	}
+	if total == 0 {
+		return ""
+	}
+	sort.Slice(eps, func(i, j int) bool { return eps[i].n > eps[j].n || eps[i].n == eps[j].n && eps[i].addr < eps[j].addr })
+	var parts []string
+	for _, e := range eps {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", e.addr, float64(e.n)*100/float64(total)))
+	}
+	return strings.Join(parts, ", ")
 }

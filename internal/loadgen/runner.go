@@ -105,6 +105,13 @@ type Result struct {
 	// count them (BytesOK).
 	Bytes   LinkBytes
 	BytesOK bool
+	// Routes counts the window's operations by the endpoint that served
+	// them, if the connections know (Router).
+	Routes map[string]uint64
+	// SlowestSecond is the lowest throughput (ops/s) over the whole
+	// seconds of the window (0 if the window is shorter than two
+	// seconds): a stall shows here.
+	SlowestSecond float64
 	// ErrorKinds counts the errors by kind; ErrorExample has one message
 	// per kind.
 	ErrorKinds   map[string]uint64
@@ -309,6 +316,19 @@ func Run(ctx context.Context, sys System, cfg Config) (*Result, error) {
 		})
 	}
 
+	routesNow := func() map[string]uint64 {
+		sum := map[string]uint64{}
+		for _, c := range conns {
+			r, ok := c.(Router)
+			if !ok {
+				return nil
+			}
+			for ep, n := range r.Routes() {
+				sum[ep] += n
+			}
+		}
+		return sum
+	}
 	bytesNow := func() (LinkBytes, bool) {
 		var sum LinkBytes
 		for _, c := range conns {
@@ -332,6 +352,10 @@ func Run(ctx context.Context, sys System, cfg Config) (*Result, error) {
 		winStart  time.Time
 		bytes0    LinkBytes
 		bytesOK   bool
+		routes0   map[string]uint64
+		slowest   = -1.0
+		lastMeas  uint64
+		lastMTick time.Time
 		warmupEnd = time.NewTimer(cfg.Warmup)
 		winEnd    <-chan time.Time
 		err       error
@@ -342,7 +366,9 @@ func Run(ctx context.Context, sys System, cfg Config) (*Result, error) {
 			cfg.OnStart()
 		}
 		bytes0, bytesOK = bytesNow()
+		routes0 = routesNow()
 		winStart = time.Now()
+		lastMTick = time.Time{}
 		phase.Store(phaseMeasure)
 		winEnd = time.After(cfg.Duration)
 	}
@@ -362,6 +388,18 @@ loop:
 		case <-winEnd:
 			break loop
 		case now := <-tick.C:
+			if phase.Load() == phaseMeasure {
+				// Whole seconds of the window only: the first tick in it
+				// starts the count.
+				m := measured.Load() + measureErrs.Load()
+				if !lastMTick.IsZero() {
+					rate := float64(m-lastMeas) / now.Sub(lastMTick).Seconds()
+					if slowest < 0 || rate < slowest {
+						slowest = rate
+					}
+				}
+				lastMeas, lastMTick = m, now
+			}
 			if cfg.Progress != nil {
 				n := total.Load()
 				name := "warmup"
@@ -377,6 +415,7 @@ loop:
 	phase.Store(phaseDone)
 	winStop := time.Now()
 	bytes1, bytesOK1 := bytesNow()
+	routes1 := routesNow()
 	if cfg.OnEnd != nil && err == nil {
 		cfg.OnEnd()
 	}
@@ -391,6 +430,13 @@ loop:
 		Elapsed: winStop.Sub(winStart), Ops: measured.Load(), Errors: measureErrs.Load(),
 		Prelim: rec.prelim, Final: rec.final, Both: rec.both, Diverged: rec.diverged,
 		ErrorKinds: rec.kinds, ErrorExample: rec.examples,
+	}
+	res.SlowestSecond = max(slowest, 0)
+	if routes0 != nil && routes1 != nil {
+		res.Routes = map[string]uint64{}
+		for ep, n := range routes1 {
+			res.Routes[ep] = n - routes0[ep]
+		}
 	}
 	if bytesOK && bytesOK1 {
 		res.BytesOK = true

@@ -72,6 +72,13 @@ func TestRunCorrectablesInProcess(t *testing.T) {
 		}
 		res.Server = procs.End()
 		checkRow(t, res, mode)
+		var routed uint64
+		for _, n := range res.Routes {
+			routed += n
+		}
+		if routed == 0 || RouteShares(res) == "" {
+			t.Errorf("routes: %v", res.Routes)
+		}
 		if res.Conns != 2 || res.Concurrency != 4 || res.System != "correctables" {
 			t.Errorf("result: %+v", res)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/correctables/correctables/client"
@@ -48,6 +50,13 @@ type Conn interface {
 	Close() error
 }
 
+// Router is implemented by connections that know which endpoint served
+// each operation.
+type Router interface {
+	// Routes returns the number of operations each endpoint served so far.
+	Routes() map[string]uint64
+}
+
 // Correctables is the store of this repository, reached with the public
 // client package.
 type Correctables struct {
@@ -59,14 +68,38 @@ type Correctables struct {
 func (s *Correctables) Name() string { return "correctables" }
 
 func (s *Correctables) Dial(ctx context.Context) (Conn, error) {
-	c, err := client.Dial(ctx, s.Endpoints, s.Options...)
+	cc := &correctablesConn{routes: map[string]*atomic.Uint64{}}
+	for _, ep := range s.Endpoints {
+		cc.routes[ep] = new(atomic.Uint64)
+	}
+	trace := client.WithOpTrace(func(tr client.OpTrace) {
+		if n := cc.routes[tr.Endpoint]; n != nil {
+			n.Add(1)
+		}
+	})
+	c, err := client.Dial(ctx, s.Endpoints, append(slices.Clone(s.Options), trace)...)
 	if err != nil {
 		return nil, err
 	}
-	return &correctablesConn{c: c}, nil
+	cc.c = c
+	return cc, nil
 }
 
-type correctablesConn struct{ c *client.Client }
+type correctablesConn struct {
+	c *client.Client
+	// routes counts the operations per endpoint they ended at (the map is
+	// not modified after Dial).
+	routes map[string]*atomic.Uint64
+}
+
+// Routes returns the number of operations each endpoint served so far.
+func (c *correctablesConn) Routes() map[string]uint64 {
+	out := make(map[string]uint64, len(c.routes))
+	for ep, n := range c.routes {
+		out[ep] = n.Load()
+	}
+	return out
+}
 
 func (c *correctablesConn) Close() error { return c.c.Close() }
 
