@@ -74,9 +74,16 @@ func ratio(x float64) string {
 // (ours / peer: above 1 means more throughput, but more latency, CPU or
 // memory).
 func WriteTable(w io.Writer, rows []*Result, ours string) error {
+	peers := false
+	for _, r := range rows {
+		peers = peers || (r.System == ours && Peer(r, rows) != nil)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tmode\twl\tconc\tops/s\tprelim p50\tp99\tfinal p50\tp99\tdiverged\tB/op\tCPU s/1k ops\tpeak RSS MiB\terrors\t"+
-		"ops/s ratio\tp99 ratio\tCPU/op ratio\tRSS ratio\t")
+	head := "system\tmode\twl\tconc\tops/s\tprelim p50\tp99\tfinal p50\tp99\tdiverged\tB/op\tCPU s/1k ops\tpeak RSS MiB\terrors\t"
+	if peers {
+		head += "ops/s ratio\tp99 ratio\tCPU/op ratio\tRSS ratio\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rows {
 		div := "-"
 		if d, ok := r.DivergenceRate(); ok {
@@ -93,7 +100,10 @@ func WriteTable(w io.Writer, rows []*Result, ours string) error {
 		if r.Server != nil && r.Server.PeakRSS > 0 {
 			rss = fmt.Sprintf("%.0f", float64(r.Server.PeakRSS)/(1<<20))
 		}
-		vs := "\t\t\t\t"
+		vs := ""
+		if peers {
+			vs = "\t\t\t\t"
+		}
 		if p := Peer(r, rows); r.System == ours && p != nil {
 			q := Compare(r, p)
 			vs = fmt.Sprintf("%s\t%s\t%s\t%s\t", ratio(q.OpsPerSec), ratio(q.P99), ratio(q.CPUPerOp), ratio(q.RSS))
