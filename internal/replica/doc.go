@@ -1,5 +1,7 @@
-// Package replica is the replication core: Creek (creek.txt §4, Algorithm 1)
-// as a deterministic state machine in the style of etcd raft's RawNode.
+// Package replica is the replication core: Creek (Kokociński, Kobus,
+// Wojciechowski, "Brief announcement: eventually consistent linearizability"
+// and the Creek paper, §4, Algorithm 1) as a deterministic state machine in
+// the style of etcd raft's RawNode.
 //
 // Inputs are client requests (Submit), peer messages (Step) and ticks
 // (Tick); outputs come out of Ready: raft hard state and entries and this
@@ -33,8 +35,26 @@
 //
 // Durability: a replica's own operations appear in Ready.Persist and must be
 // durable before any view or message about them leaves, so an acknowledged
-// operation survives a crash; on restart they come back as tentative
-// operations (Config.OwnOps), the raft log is replayed to rebuild the
-// committed state, and pending strong operations are proposed again
+// operation survives a crash. Recovery (New) costs time linear in what it
+// reads: the snapshot is restored, the log entries known committed (up to
+// the durable commit index) are applied while nothing is tentative, and
+// only then do the own operations that are still uncommitted come back as
+// tentative (Config.OwnOps); pending strong operations are proposed again
 // (duplicates are skipped at delivery).
+//
+// The files follow the protocol:
+//
+//	replica.go   configuration, state, recovery, stamps
+//	submit.go    client requests: weak and strong operations, reads (invoke)
+//	execute.go   the execution stack: adjustTentativeOrder, adjustExecution,
+//	             rollbacks only where necessary (Creek §4.4)
+//	gossip.go    reliable broadcast of operations, anti-entropy (Creek §3.2)
+//	cab.go       the broadcast half of CAB: proposals with causal context,
+//	             the periodic no-op, bounded entries (Creek §3.3, §4.4)
+//	commit.go    the delivery half of CAB: what an entry commits, the new
+//	             order, the stable views (Algorithm 1, commit)
+//	tick.go      logical time: heartbeats, anti-entropy, no-ops, retries
+//	ready.go     Ready and Advance, the driver's side (internal/driver)
+//	snapshot.go  snapshots and their restore
+//	codec.go     encodings of entries, messages and persisted operations
 package replica

@@ -158,33 +158,6 @@ type pendingRead struct {
 	askedAt   int
 }
 
-// executed is one operation applied to the state above the base (the
-// committed operations whose undo records were dropped).
-type executed struct {
-	req    *Req
-	result state.Result
-	undo   state.Undo
-	// committed marks an operation already in the committed list, at
-	// position cpos, kept in the stack (with its undo record) because
-	// tentative operations it commutes with were executed below it.
-	committed bool
-	cpos      int
-}
-
-// before is the logical order of the stack: committed operations by their
-// place in the committed list, then tentative ones by (TS, ID).
-func before(a, b executed) int {
-	switch {
-	case a.committed && b.committed:
-		return a.cpos - b.cpos
-	case a.committed:
-		return -1
-	case b.committed:
-		return 1
-	}
-	return compareReq(a.req, b.req)
-}
-
 // Replica is the Creek core of one replica (Algorithm 1): a deterministic
 // state machine fed with client requests, peer messages and ticks, drained
 // through Ready. Not safe for concurrent use.
@@ -204,7 +177,7 @@ type Replica struct {
 	ntent     int // entries of tentative not committed
 	// latest is at or after, in (TS, ID) order, every operation of
 	// tentative that is not committed (nil: none).
-	latest *Req
+	latest    *Req
 	committed []OpID
 
 	// vv covers every operation received (committed or tentative);
@@ -434,76 +407,6 @@ func (r *Replica) stableTime() uint64 {
 	return min
 }
 
-// Submit accepts a client request. Its views come out through Ready.
-func (r *Replica) Submit(cr ClientRequest) error {
-	if err := cr.Op.Validate(r.cfg.Limits); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOp, err)
-	}
-	if cr.Op.ReadOnly() {
-		return r.submitRead(cr)
-	}
-	if r.ownUncommitted() >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
-		return ErrBusy
-	}
-	r.seq++
-	req := &Req{ID: OpID{r.cfg.ID, r.seq}, TS: r.clk.Now(), Op: cr.Op, Strong: cr.Strong}
-	if cr.Strong {
-		req.Ctx = r.vv.Clone()
-		req.Ctx[r.cfg.ID] = req.ID.Seq
-	}
-	res, _ := r.receive(req)
-	r.out.Persist = append(r.out.Persist, req)
-	w := &waiter{client: cr.Client, seq: cr.Seq, want: cr.Want, tentative: res}
-	if cr.Want&WantTentative != 0 {
-		r.emit(View{Client: cr.Client, Seq: cr.Seq, ID: req.ID, Result: res, Last: cr.Want&WantStable == 0})
-		w.sent = true
-	}
-	if cr.Want&WantStable != 0 {
-		r.waiting[req.ID] = w
-	}
-	for _, p := range r.cfg.Peers {
-		if p != r.cfg.ID {
-			r.send(Message{Type: MsgOps, To: p, Ops: []*Req{req}})
-		}
-	}
-	if cr.Strong {
-		r.pendingStrong[req.ID] = r.ticks
-		r.propose(req)
-	}
-	return nil
-}
-
-// submitRead serves a read-only request: a weak read executes at once on the
-// tentative state and sends nothing to peers (Creek §4.4); a strong read also
-// asks raft for a read index and answers from the committed state once the
-// replica has applied up to it.
-func (r *Replica) submitRead(cr ClientRequest) error {
-	if cr.Strong && len(r.reads) >= r.cfg.MaxPending {
-		return ErrBusy
-	}
-	res := r.execRead(cr.Op)
-	sent := false
-	if cr.Want&WantTentative != 0 || !cr.Strong {
-		r.emit(View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: !cr.Strong || cr.Want&WantStable == 0})
-		sent = true
-	}
-	if !cr.Strong || cr.Want&WantStable == 0 {
-		return nil
-	}
-	r.nextRead++
-	pr := &pendingRead{req: cr, tentative: res, sent: sent, askedAt: r.ticks}
-	r.reads[r.nextRead] = pr
-	r.node.ReadIndex(readCtx(r.incarnation, r.nextRead))
-	return nil
-}
-
-func (r *Replica) execRead(op state.Op) state.Result {
-	res, undo := r.st.Apply(op)
-	r.st.Revert(undo) // read-only: nothing to undo, but keep the contract
-	r.stats.Reads++
-	return res
-}
-
 func (r *Replica) emit(v View) {
 	v.Stamp = r.stamp()
 	r.out.Views = append(r.out.Views, v)
@@ -512,121 +415,6 @@ func (r *Replica) emit(v View) {
 func (r *Replica) send(m Message) {
 	m.From = r.cfg.ID
 	r.out.Messages = append(r.out.Messages, m)
-}
-
-// receive adds an operation that extends its origin's prefix by one to the
-// tentative list (adjustTentativeOrder, Algorithm 1 line 36) and returns its
-// tentative result.
-func (r *Replica) receive(req *Req) (state.Result, bool) {
-	o := req.ID.Origin
-	if req.ID.Seq != r.vv[o]+1 {
-		return state.Result{}, false
-	}
-	r.vv[o] = req.ID.Seq
-	r.log[o] = append(r.log[o], req)
-	r.arrived[req.ID] = r.ticks
-	r.clk.Observe(req.TS)
-	if req.TS > r.lastTS[o] {
-		r.lastTS[o] = req.TS
-	}
-	// Insert it at its place in (TS, ID) order (adjustTentativeOrder).
-	// Rollbacks only where necessary (Creek §4.4): operations ordered after
-	// it that touch none of its keys commute with it and stay executed; the
-	// first one that conflicts, and everything executed after it, is rolled
-	// back and re-executed in order with the newcomer.
-	x := executed{req: req}
-	c := len(r.tentative)
-	// The common case, an operation newer than every tentative one (every
-	// operation this replica accepts, and gossip in timestamp order), goes
-	// on top without a scan: latest bounds the tentative ones from above.
-	if r.ntent > 0 && (r.latest == nil || compareReq(r.latest, req) > 0) {
-		for i, e := range r.tentative {
-			if before(e, x) > 0 && conflicts(e.req, req) {
-				c = i
-				break
-			}
-		}
-	}
-	r.reexec(append(r.rollbackTo(c), x))
-	if n := r.TentativeLen(); n > r.stats.TentativeMaxDepth {
-		r.stats.TentativeMaxDepth = n
-	}
-	for i := len(r.tentative) - 1; i >= c; i-- {
-		if r.tentative[i].req == req {
-			return r.tentative[i].result, true
-		}
-	}
-	panic("replica: received operation not executed") // unreachable: it is in rest
-}
-
-// rollbackTo undoes the stack from pos on, latest first, and returns what
-// it undid, bottom first.
-func (r *Replica) rollbackTo(pos int) []executed {
-	for i := len(r.tentative) - 1; i >= pos; i-- {
-		r.st.Revert(r.tentative[i].undo)
-		r.stats.Rollbacks++
-		if !r.tentative[i].committed {
-			r.ntent--
-		}
-	}
-	rest := slices.Clone(r.tentative[pos:])
-	r.tentative = r.tentative[:pos]
-	return rest
-}
-
-// reexec executes operations on top of the stack in the logical order.
-// Every pair that conflicts ends up executed in that order, which is what
-// makes each result the one the logical order gives.
-func (r *Replica) reexec(es []executed) {
-	slices.SortStableFunc(es, before)
-	for _, e := range es {
-		res, undo := r.st.Apply(e.req.Op)
-		r.stats.Executions++
-		e.result, e.undo = res, undo
-		r.tentative = append(r.tentative, e)
-		if !e.committed {
-			r.ntent++
-			if r.latest == nil || compareReq(e.req, r.latest) > 0 {
-				r.latest = e.req
-			}
-		}
-	}
-}
-
-// exec executes a new tentative operation on top of the stack.
-func (r *Replica) exec(req *Req) state.Result {
-	r.reexec([]executed{{req: req}})
-	return r.tentative[len(r.tentative)-1].result
-}
-
-// withCommitted runs f on the committed state: it rolls the stack back,
-// applies the committed operations that were in it (in stack order, which
-// keeps every conflicting pair in order), runs f, and restores the stack.
-// Batched per Ready for strong reads.
-func (r *Replica) withCommitted(f func(*state.State)) {
-	if len(r.tentative) == 0 {
-		f(r.st)
-		return
-	}
-	// None of this is a reordering: keep it out of the counters.
-	saved, ntent := r.stats, r.ntent
-	rest := r.rollbackTo(0)
-	var undos []state.Undo
-	for _, e := range rest {
-		if e.committed {
-			_, u := r.st.Apply(e.req.Op)
-			undos = append(undos, u)
-		}
-	}
-	f(r.st)
-	for i := len(undos) - 1; i >= 0; i-- {
-		r.st.Revert(undos[i])
-	}
-	for _, e := range rest {
-		e.result, e.undo = r.st.Apply(e.req.Op)
-		r.tentative = append(r.tentative, e)
-	}
-	r.stats, r.ntent = saved, ntent
 }
 
 // Stamp returns the replica's current stamp.

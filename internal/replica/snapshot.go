@@ -147,9 +147,36 @@ func (r *Replica) trimCommitted() {
 // fell behind the leader's compacted log, or a restart). Tentative
 // operations newer than the snapshot are kept and re-executed on it.
 func (r *Replica) restore(snap *raftpb.Snapshot) error {
+	sc, err := r.decodeSnapshot(snap)
+	if err != nil {
+		return err
+	}
+	r.clk.Observe(sc.clock)
+	if sc.applied <= r.applied {
+		return nil // already past it
+	}
+	keep := r.installSnapshot(sc, snap.GetMetadata().GetConfState())
+	if err := r.answerFromSnapshot(); err != nil {
+		return err
+	}
+	r.reexec(keep)
+	return nil
+}
+
+// snapshotContents is a decoded snapshot.
+type snapshotContents struct {
+	applied, clock, count uint64
+	cvv                   VV
+	committedOps          []*Req
+	results               map[uint64][]committedResult
+	st                    *state.State
+}
+
+// decodeSnapshot decodes and checks what snapshotData encoded.
+func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, error) {
 	d := decoder{b: snap.GetData()}
 	if v := d.byte(); d.err == nil && v != snapshotVersion {
-		return fmt.Errorf("%w: snapshot version %d", ErrCorrupt, v)
+		return nil, fmt.Errorf("%w: snapshot version %d", ErrCorrupt, v)
 	}
 	applied := d.uvarint()
 	clock := d.uvarint()
@@ -173,7 +200,7 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 			}
 			res, err := state.DecodeResult(d.b[:n])
 			if err != nil {
-				return fmt.Errorf("replica: snapshot result: %w", err)
+				return nil, fmt.Errorf("replica: snapshot result: %w", err)
 			}
 			d.b = d.b[n:]
 			results[o] = append(results[o], committedResult{seq, res})
@@ -181,35 +208,37 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 	}
 	sz := d.count(1)
 	if d.err != nil {
-		return fmt.Errorf("replica: snapshot: %w", d.err)
+		return nil, fmt.Errorf("replica: snapshot: %w", d.err)
 	}
 	st := state.New(r.cfg.Limits)
 	if err := st.UnmarshalBinary(d.b[:sz]); err != nil {
-		return fmt.Errorf("replica: snapshot state: %w", err)
+		return nil, fmt.Errorf("replica: snapshot state: %w", err)
 	}
 	if applied != snap.GetMetadata().GetIndex() {
-		return fmt.Errorf("%w: snapshot data at %d, metadata at %d", ErrCorrupt, applied, snap.GetMetadata().GetIndex())
+		return nil, fmt.Errorf("%w: snapshot data at %d, metadata at %d", ErrCorrupt, applied, snap.GetMetadata().GetIndex())
 	}
-	r.clk.Observe(clock)
-	if applied <= r.applied {
-		return nil // already past it
-	}
-	// Keep what is newer than the snapshot.
+	return &snapshotContents{applied: applied, clock: clock, count: count, cvv: cvv,
+		committedOps: committedOps, results: results, st: st}, nil
+}
+
+// installSnapshot makes the snapshot's committed state this replica's and
+// returns the tentative operations newer than it, to execute on top.
+func (r *Replica) installSnapshot(sc *snapshotContents, cs *raftpb.ConfState) []executed {
 	var keep []executed
 	for _, e := range r.tentative {
-		if !e.committed && e.req.ID.Seq > cvv[e.req.ID.Origin] {
+		if !e.committed && e.req.ID.Seq > sc.cvv[e.req.ID.Origin] {
 			keep = append(keep, executed{req: e.req})
 		}
 	}
 	r.tentative, r.ntent, r.latest = nil, 0, nil
-	r.st = st
-	r.applied = applied
-	r.snapIndex = applied
-	r.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
-	if r.cfg.TrackHistory && len(committedOps) == int(count) {
+	r.st = sc.st
+	r.applied = sc.applied
+	r.snapIndex = sc.applied
+	r.confState = proto.Clone(cs).(*raftpb.ConfState)
+	if r.cfg.TrackHistory && len(sc.committedOps) == int(sc.count) {
 		r.committed = r.committed[:0]
 		r.committedBase = 0
-		for _, q := range committedOps {
+		for _, q := range sc.committedOps {
 			r.committed = append(r.committed, q.ID)
 			o := q.ID.Origin
 			if q.ID.Seq == r.logBase[o]+uint64(len(r.log[o]))+1 {
@@ -218,36 +247,21 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 		}
 	} else {
 		r.committed = nil
-		r.committedBase = int(count)
+		r.committedBase = int(sc.count)
 	}
-	for _, o := range cvv.origins() {
-		r.committedVV[o] = cvv[o]
-		if r.vv[o] < cvv[o] {
-			r.vv[o] = cvv[o]
+	for _, o := range sc.cvv.origins() {
+		r.committedVV[o] = sc.cvv[o]
+		if r.vv[o] < sc.cvv[o] {
+			r.vv[o] = sc.cvv[o]
 		}
 		// Forget what we cannot serve contiguously any more.
 		end := r.logBase[o] + uint64(len(r.log[o]))
-		if end < cvv[o] {
+		if end < sc.cvv[o] {
 			r.log[o] = nil
-			r.logBase[o] = cvv[o]
+			r.logBase[o] = sc.cvv[o]
 		}
 	}
-	r.results = results
-	for _, id := range sortedIDs(r.waiting) {
-		if id.Seq > r.committedVV[id.Origin] {
-			continue
-		}
-		// Committed while this replica lagged behind a snapshot: the
-		// snapshot carries the stable result.
-		w := r.waiting[id]
-		delete(r.waiting, id)
-		res, ok := r.lookupResult(id)
-		if !ok {
-			return fmt.Errorf("replica: snapshot at %d lacks the result of waiting operation %v", applied, id)
-		}
-		r.emit(View{Client: w.client, Seq: w.seq, ID: id, Result: res, Stable: true,
-			Confirmed: w.sent && res.Equal(w.tentative), Last: true})
-	}
+	r.results = sc.results
 	for id := range r.pendingStrong {
 		if id.Seq <= r.committedVV[id.Origin] {
 			delete(r.pendingStrong, id)
@@ -260,7 +274,26 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 			}
 		}
 	}
-	r.reexec(keep)
+	return keep
+}
+
+// answerFromSnapshot sends the stable view of every waiting operation the
+// snapshot committed: it was committed while this replica lagged behind,
+// and the snapshot carries its result.
+func (r *Replica) answerFromSnapshot() error {
+	for _, id := range sortedIDs(r.waiting) {
+		if id.Seq > r.committedVV[id.Origin] {
+			continue
+		}
+		w := r.waiting[id]
+		delete(r.waiting, id)
+		res, ok := r.lookupResult(id)
+		if !ok {
+			return fmt.Errorf("replica: snapshot at %d lacks the result of waiting operation %v", r.applied, id)
+		}
+		r.emit(View{Client: w.client, Seq: w.seq, ID: id, Result: res, Stable: true,
+			Confirmed: w.sent && res.Equal(w.tentative), Last: true})
+	}
 	return nil
 }
 

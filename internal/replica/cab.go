@@ -1,0 +1,118 @@
+package replica
+
+import "slices"
+
+// The broadcast half of conditional atomic broadcast (Creek §3.3, §5): strong
+// operations proposed with their causal context, the periodic no-op that
+// commits weak operations (Creek §4.4), and bounded entries.
+
+// propose puts a strong operation into the log together with every
+// operation of its causal context that this replica does not know to be
+// committed. The entry is then self-contained: CAB's delivery condition
+// (Creek's checkDep) holds at every replica that reads it, so no replica
+// waits for an origin that crashed after proposing. If this replica does not
+// hold the whole context (after a restart, some of it may be missing until
+// gossip or the log brings it back) it waits and the retry proposes later.
+func (r *Replica) propose(req *Req) {
+	if !r.vv.Covers(req.Ctx) {
+		return
+	}
+	var ops []*Req
+	for _, e := range r.tentative {
+		q := e.req
+		if e.committed {
+			continue
+		}
+		// Context operations this replica proposed within RetryTicks are in
+		// an entry on its way; if that entry is lost, commit skips req (its
+		// context is not committed) and the retry carries everything.
+		if q == req || (q.ID.Seq <= req.Ctx[q.ID.Origin] && !r.recentlyProposed(q.ID)) {
+			ops = append(ops, q)
+		}
+	}
+	slices.SortFunc(ops, compareReq)
+	// Entries are bounded in bytes: the context goes in entries of at most
+	// MaxEntryBytes, oldest first, the operation itself in the last one.
+	// Each is a per-origin prefix of what is left; one that arrives before
+	// the one it follows commits only what it can (see commit).
+	for _, chunk := range r.chunks(ops) {
+		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunk})
+	}
+}
+
+// chunks splits operations in (TS, ID) order into runs of at most
+// MaxEntryBytes (at least one operation each).
+func (r *Replica) chunks(ops []*Req) [][]*Req {
+	var out [][]*Req
+	var cur []*Req
+	size := 0
+	for _, q := range ops {
+		n := reqSize(q)
+		if len(cur) > 0 && size+n > r.cfg.MaxEntryBytes {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, q)
+		size += n
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// reqSize estimates the encoded size of an operation: its keys and values,
+// its causal context, and a bound on the rest.
+func reqSize(q *Req) int {
+	n := 64 + 16*len(q.Ctx) + q.Op.Size()
+	if q.Op.Txn != nil {
+		n += 8 * (len(q.Op.Txn.Guards) + len(q.Op.Txn.Then) + len(q.Op.Txn.Else))
+	}
+	return n
+}
+
+// proposeNoop commits this replica's tentative operations without a client
+// operation (the periodic strong no-op of Creek §4.4): the oldest
+// MaxEntryBytes of them; the next period takes the next.
+func (r *Replica) proposeNoop() {
+	var all []*Req
+	for _, e := range r.tentative {
+		if !e.committed {
+			all = append(all, e.req)
+		}
+	}
+	slices.SortFunc(all, compareReq)
+	// A strong operation whose causal context this replica does not hold
+	// (after a restart lost what gossip had brought) cannot go in, nor
+	// anything after it from its origin: commit would skip them anyway.
+	var ops []*Req
+	blocked := map[uint64]bool{}
+	for _, q := range all {
+		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) {
+			blocked[q.ID.Origin] = true
+			continue
+		}
+		if !r.recentlyProposed(q.ID) {
+			ops = append(ops, q)
+		}
+	}
+	if chunks := r.chunks(ops); len(chunks) > 0 {
+		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunks[0]})
+	}
+}
+
+// recentlyProposed reports whether this replica put the operation in an
+// entry less than RetryTicks ago (and has not seen a leader change since).
+func (r *Replica) recentlyProposed(id OpID) bool {
+	t, ok := r.proposedAt[id]
+	return ok && r.ticks-t < r.cfg.RetryTicks
+}
+
+func (r *Replica) proposeEntry(e entry) {
+	for _, q := range e.Ops {
+		r.proposedAt[q.ID] = r.ticks
+	}
+	// A dropped proposal (no leader yet, or the leader's budget is full) is
+	// retried by the tick loop; nothing else to do here.
+	_ = r.node.Propose(encodeEntry(e))
+}

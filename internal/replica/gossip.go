@@ -1,0 +1,82 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Reliable broadcast of operations (Creek §3.2, Algorithm 1, the weak path):
+// FIFO per origin, with anti-entropy.
+
+// Step handles a message from a peer.
+func (r *Replica) Step(m Message) error {
+	switch m.Type {
+	case MsgRaft:
+		if m.Raft == nil {
+			return errors.New("replica: raft message without payload")
+		}
+		return r.node.Step(m.Raft)
+	case MsgOps:
+		for _, q := range m.Ops {
+			if q == nil || q.ID.Origin == 0 || !slices.Contains(r.cfg.Peers, q.ID.Origin) {
+				return fmt.Errorf("replica: operation from unknown origin in message from %d", m.From)
+			}
+			if q.ID.Seq <= r.vv[q.ID.Origin] {
+				continue // duplicate
+			}
+			// A gap (reordered or dropped message) is left to anti-entropy:
+			// accepting out of order would break the per-origin FIFO that
+			// version vectors rely on.
+			r.receive(q)
+		}
+		return nil
+	case MsgSync:
+		r.answerSync(m)
+		return nil
+	}
+	return fmt.Errorf("replica: unknown message type %d from %d", m.Type, m.From)
+}
+
+// answerSync sends a peer the operations its VV lacks, and learns its clock.
+func (r *Replica) answerSync(m Message) {
+	if r.vv.Covers(VV{m.From: m.VV[m.From]}) && m.Clock > r.lastTS[m.From] {
+		// We hold every operation the peer had issued when it read its
+		// clock, so nothing it issues later can be older than that.
+		r.lastTS[m.From] = m.Clock
+	}
+	// What this replica sent the peer less than RetryTicks ago is likely
+	// still on its way: the peer's VV cannot show it yet. Sending it again
+	// at every sync would multiply the traffic on a slow link; it is sent
+	// again only once RetryTicks have passed without the peer's VV moving.
+	sent := r.gossipSent[m.From]
+	if sent == nil || r.ticks-sent.at >= r.cfg.RetryTicks || !m.VV.Covers(sent.base) {
+		sent = &gossipMark{vv: VV{}, base: m.VV.Clone(), at: r.ticks}
+		r.gossipSent[m.From] = sent
+	}
+	var ops []*Req
+	size := 0
+	for _, o := range r.vv.origins() {
+		// Operations forgotten after a snapshot are committed: the peer
+		// gets them from the raft log or a snapshot instead.
+		for s := max(m.VV[o], sent.vv[o], r.logBase[o]) + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
+			q, ok := r.Op(OpID{o, s})
+			if !ok || (len(ops) > 0 && size+reqSize(q) > r.cfg.MaxEntryBytes) {
+				break
+			}
+			ops = append(ops, q)
+			size += reqSize(q)
+			sent.vv[o] = s
+		}
+	}
+	if len(ops) > 0 {
+		r.send(Message{Type: MsgOps, To: m.From, Ops: ops})
+	}
+}
+
+// gossipMark is what this replica sent a peer in answer to its syncs since
+// tick at (while the peer's VV stayed at or above base).
+type gossipMark struct {
+	vv, base VV
+	at       int
+}

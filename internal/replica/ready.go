@@ -1,0 +1,71 @@
+package replica
+
+import (
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// The driver's interface: Ready out, Advance in (as etcd raft's RawNode).
+
+// HasReady reports whether Ready has anything.
+func (r *Replica) HasReady() bool {
+	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0
+}
+
+// Ready collects what the driver must persist, send and deliver. Committed
+// entries are applied here: raft hands out only entries already durable.
+func (r *Replica) Ready() (Ready, error) {
+	if r.node.HasReady() {
+		rrd := r.node.Ready()
+		defer r.checkLeader()
+		if rrd.Snapshot != nil && !raft.IsEmptySnap(rrd.Snapshot) {
+			if err := r.restore(rrd.Snapshot); err != nil {
+				return Ready{}, err
+			}
+		}
+		for _, ent := range rrd.CommittedEntries {
+			if err := r.apply(ent); err != nil {
+				return Ready{}, err
+			}
+		}
+		if err := r.maybeSnapshot(); err != nil {
+			return Ready{}, err
+		}
+		for _, rs := range rrd.ReadStates {
+			if pr, ok := r.reads[parseReadCtx(r.incarnation, rs.RequestCtx)]; ok && pr.index == 0 {
+				pr.index = max(rs.Index, 1)
+			}
+		}
+		r.serveReads()
+		rd := r.out
+		r.out = Ready{}
+		rd.HardState = rrd.HardState
+		rd.Entries = rrd.Entries
+		rd.Snapshot = rrd.Snapshot
+		msgs := make([]Message, 0, len(rrd.Messages)+len(rd.Messages))
+		for _, m := range rrd.Messages {
+			msgs = append(msgs, Message{Type: MsgRaft, From: r.cfg.ID, To: m.GetTo(), Raft: m})
+		}
+		rd.Messages = append(msgs, rd.Messages...)
+		rd.raft = &rrd
+		return rd, nil
+	}
+	rd := r.out
+	r.out = Ready{}
+	return rd, nil
+}
+
+// Advance tells the replica the Ready was handled.
+func (r *Replica) Advance(rd Ready) {
+	if rd.raft != nil {
+		r.node.Advance(*rd.raft)
+	}
+	// A snapshot handed to the driver counts as sent: raft leaves the
+	// follower's snapshot state, and if the snapshot was lost the follower's
+	// next rejection makes the leader send another.
+	for _, m := range rd.Messages {
+		if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgSnap {
+			r.node.ReportSnapshot(m.To, true)
+		}
+	}
+}

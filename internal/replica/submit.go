@@ -1,0 +1,111 @@
+package replica
+
+import (
+	"fmt"
+
+	"github.com/correctables/correctables/internal/state"
+)
+
+// Client requests (Creek Algorithm 1, invoke): weak and strong operations,
+// and read-only ones (Creek §4.4).
+
+// Submit accepts a client request. Its views come out through Ready.
+func (r *Replica) Submit(cr ClientRequest) error {
+	if err := cr.Op.Validate(r.cfg.Limits); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOp, err)
+	}
+	if cr.Op.ReadOnly() {
+		return r.submitRead(cr)
+	}
+	if r.ownUncommitted() >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
+		return ErrBusy
+	}
+	r.seq++
+	req := &Req{ID: OpID{r.cfg.ID, r.seq}, TS: r.clk.Now(), Op: cr.Op, Strong: cr.Strong}
+	if cr.Strong {
+		req.Ctx = r.vv.Clone()
+		req.Ctx[r.cfg.ID] = req.ID.Seq
+	}
+	res, _ := r.receive(req)
+	r.out.Persist = append(r.out.Persist, req)
+	w := &waiter{client: cr.Client, seq: cr.Seq, want: cr.Want, tentative: res}
+	if cr.Want&WantTentative != 0 {
+		r.emit(View{Client: cr.Client, Seq: cr.Seq, ID: req.ID, Result: res, Last: cr.Want&WantStable == 0})
+		w.sent = true
+	}
+	if cr.Want&WantStable != 0 {
+		r.waiting[req.ID] = w
+	}
+	for _, p := range r.cfg.Peers {
+		if p != r.cfg.ID {
+			r.send(Message{Type: MsgOps, To: p, Ops: []*Req{req}})
+		}
+	}
+	if cr.Strong {
+		r.pendingStrong[req.ID] = r.ticks
+		r.propose(req)
+	}
+	return nil
+}
+
+// submitRead serves a read-only request: a weak read executes at once on the
+// tentative state and sends nothing to peers (Creek §4.4); a strong read also
+// asks raft for a read index and answers from the committed state once the
+// replica has applied up to it.
+func (r *Replica) submitRead(cr ClientRequest) error {
+	if cr.Strong && len(r.reads) >= r.cfg.MaxPending {
+		return ErrBusy
+	}
+	res := r.execRead(cr.Op)
+	sent := false
+	if cr.Want&WantTentative != 0 || !cr.Strong {
+		r.emit(View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: !cr.Strong || cr.Want&WantStable == 0})
+		sent = true
+	}
+	if !cr.Strong || cr.Want&WantStable == 0 {
+		return nil
+	}
+	r.nextRead++
+	pr := &pendingRead{req: cr, tentative: res, sent: sent, askedAt: r.ticks}
+	r.reads[r.nextRead] = pr
+	r.node.ReadIndex(readCtx(r.incarnation, r.nextRead))
+	return nil
+}
+
+func (r *Replica) execRead(op state.Op) state.Result {
+	res, undo := r.st.Apply(op)
+	r.st.Revert(undo) // read-only: nothing to undo, but keep the contract
+	r.stats.Reads++
+	return res
+}
+
+// serveReads answers the strong reads whose read index has been applied,
+// all on one rollback of the tentative list.
+func (r *Replica) serveReads() {
+	var due []uint64
+	for _, id := range sortedKeys(r.reads) {
+		if pr := r.reads[id]; pr.index != 0 && pr.index <= r.applied {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	results := make([]state.Result, len(due))
+	r.withCommitted(func(st *state.State) {
+		for i, id := range due {
+			res, undo := st.Apply(r.reads[id].req.Op)
+			st.Revert(undo)
+			results[i] = res
+		}
+	})
+	r.stats.Reads += len(due)
+	for i, id := range due {
+		pr := r.reads[id]
+		delete(r.reads, id)
+		r.emit(View{
+			Client: pr.req.Client, Seq: pr.req.Seq, Result: results[i], Stable: true,
+			Confirmed: pr.sent && results[i].Equal(pr.tentative), Last: true,
+		})
+	}
+}

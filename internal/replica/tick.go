@@ -1,0 +1,87 @@
+package replica
+
+// Logical time: raft ticks, anti-entropy, the periodic no-op and retries.
+
+// Tick advances logical time: raft heartbeats and elections, anti-entropy,
+// the periodic no-op and retries of strong requests.
+func (r *Replica) Tick() {
+	r.ticks++
+	r.node.Tick()
+	r.checkLeader()
+	if r.ticks%r.cfg.GossipTicks == 0 {
+		for _, p := range r.cfg.Peers {
+			if p != r.cfg.ID {
+				r.send(Message{Type: MsgSync, To: p, VV: r.vv.Clone(), Clock: r.clk.Peek()})
+			}
+		}
+	}
+	// A replica commits its own weak operations every NoopTicks; it commits
+	// operations of others it holds, less often, in case their origin is
+	// down (any replica may carry them into the log).
+	if (r.ownTentative() && r.ticks-r.lastNoop >= r.cfg.NoopTicks) ||
+		(r.ticks-r.lastNoop >= r.cfg.NoopTicks && r.staleForeign()) {
+		r.lastNoop = r.ticks
+		r.proposeNoop()
+	}
+	for _, id := range sortedIDs(r.pendingStrong) {
+		if r.ticks-r.pendingStrong[id] >= r.cfg.RetryTicks {
+			r.pendingStrong[id] = r.ticks
+			if q, ok := r.Op(id); ok {
+				r.propose(q)
+			}
+		}
+	}
+	for _, id := range sortedKeys(r.reads) {
+		pr := r.reads[id]
+		if pr.index == 0 && r.ticks-pr.askedAt >= r.cfg.RetryTicks {
+			pr.askedAt = r.ticks
+			r.node.ReadIndex(readCtx(r.incarnation, id))
+		}
+	}
+}
+
+// staleForeign reports whether an operation of another origin has waited
+// 4*NoopTicks for commit here: its origin's own no-op should have committed
+// it by then, so the origin may be down.
+func (r *Replica) staleForeign() bool {
+	for _, e := range r.tentative {
+		if !e.committed && e.req.ID.Origin != r.cfg.ID && r.ticks-r.arrived[e.req.ID] >= 4*r.cfg.NoopTicks {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLeader notices a new leader: what was proposed or asked without one
+// (raft drops it) or through the old one is likely lost, so it is asked
+// again now rather than after RetryTicks. Duplicates are skipped at
+// delivery.
+func (r *Replica) checkLeader() {
+	lead := r.node.Status().Lead
+	if lead == r.lastLead {
+		return
+	}
+	r.lastLead = lead
+	// Entries on their way through the old leader may be lost.
+	clear(r.proposedAt)
+	if lead == 0 {
+		return
+	}
+	for _, id := range sortedIDs(r.pendingStrong) {
+		r.pendingStrong[id] = r.ticks
+		if q, ok := r.Op(id); ok {
+			r.propose(q)
+		}
+	}
+	for _, id := range sortedKeys(r.reads) {
+		if pr := r.reads[id]; pr.index == 0 {
+			pr.askedAt = r.ticks
+			r.node.ReadIndex(readCtx(r.incarnation, id))
+		}
+	}
+}
+
+// ownTentative reports whether an operation of this replica awaits commit.
+func (r *Replica) ownTentative() bool {
+	return r.vv[r.cfg.ID] > r.committedVV[r.cfg.ID]
+}
