@@ -1,6 +1,6 @@
-// Package replica is the replication core: Creek (Kokociński, Kobus,
-// Wojciechowski, "Brief announcement: eventually consistent linearizability"
-// and the Creek paper, §4, Algorithm 1) as a deterministic state machine in
+// Package replica is the replication core: Creek ("Creek: low-latency,
+// mixed-consistency transactional replication scheme", §4, Algorithm 1)
+// as a deterministic state machine in
 // the style of etcd raft's RawNode.
 //
 // Inputs are client requests (Submit), peer messages (Step) and ticks
