@@ -101,6 +101,27 @@ func (r *Replica) proposeNoop() {
 	}
 }
 
+// proposeOwn proposes this replica's own weak operations that no entry
+// carries yet, oldest first, up to the first own strong operation (which
+// goes in its own entries, with its context). Called as soon as NoopBatch
+// of them wait, so that under load weak operations commit at the rate they
+// arrive instead of a no-op period's worth at a time.
+func (r *Replica) proposeOwn() {
+	var ops []*Req
+	for s := max(r.ownProposed, r.committedVV[r.cfg.ID]) + 1; s <= r.seq; s++ {
+		q, ok := r.Op(OpID{r.cfg.ID, s})
+		if !ok || q.Strong {
+			break
+		}
+		if !r.recentlyProposed(q.ID) {
+			ops = append(ops, q)
+		}
+	}
+	for _, chunk := range r.chunks(ops) {
+		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunk})
+	}
+}
+
 // recentlyProposed reports whether this replica put the operation in an
 // entry less than RetryTicks ago (and has not seen a leader change since).
 func (r *Replica) recentlyProposed(id OpID) bool {
@@ -111,6 +132,9 @@ func (r *Replica) recentlyProposed(id OpID) bool {
 func (r *Replica) proposeEntry(e entry) {
 	for _, q := range e.Ops {
 		r.proposedAt[q.ID] = r.ticks
+		if q.ID.Origin == r.cfg.ID && q.ID.Seq > r.ownProposed {
+			r.ownProposed = q.ID.Seq
+		}
 	}
 	// A dropped proposal (no leader yet, or the leader's budget is full) is
 	// retried by the tick loop; nothing else to do here.

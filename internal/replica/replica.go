@@ -61,6 +61,10 @@ type Config struct {
 	// MaxPending bounds strong reads and strong operations in flight.
 	// Default 4096.
 	MaxPending int
+	// NoopBatch: once this many own weak operations wait for an entry, the
+	// replica proposes them at once rather than at the next no-op period.
+	// Default 128.
+	NoopBatch int
 	// MaxOpsPerMsg bounds the operations in one gossip message. Default 256.
 	MaxOpsPerMsg int
 	// MaxEntryBytes bounds (approximately) the bytes of operations in one
@@ -104,6 +108,7 @@ func (c *Config) validate() error {
 	def(&c.MaxTentative, 1024)
 	def(&c.MaxPending, 4096)
 	def(&c.MaxOpsPerMsg, 256)
+	def(&c.NoopBatch, 128)
 	def(&c.MaxEntryBytes, 4<<20)
 	if c.SnapshotEntries == 0 {
 		c.SnapshotEntries = 10_000
@@ -212,6 +217,9 @@ type Replica struct {
 	reads         map[uint64]*pendingRead
 	nextRead      uint64
 	lastNoop      int
+	// ownProposed is the highest own sequence number put in an entry since
+	// the last leader change.
+	ownProposed uint64
 
 	out   Ready
 	stats Stats

@@ -44,6 +44,8 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	if cr.Strong {
 		r.pendingStrong[req.ID] = r.ticks
 		r.propose(req)
+	} else if r.seq-max(r.ownProposed, r.committedVV[r.cfg.ID]) >= uint64(r.cfg.NoopBatch) {
+		r.proposeOwn()
 	}
 	return nil
 }

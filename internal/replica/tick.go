@@ -64,6 +64,7 @@ func (r *Replica) checkLeader() {
 	r.lastLead = lead
 	// Entries on their way through the old leader may be lost.
 	clear(r.proposedAt)
+	r.ownProposed = 0
 	if lead == 0 {
 		return
 	}

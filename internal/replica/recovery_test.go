@@ -1,0 +1,134 @@
+package replica
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/internal/state"
+)
+
+// single is one replica alone, driven by hand over raft.MemoryStorage, with
+// its persisted own operations kept as a driver would.
+type single struct {
+	t      *testing.T
+	cfg    Config
+	stor   *raft.MemoryStorage
+	own    []*Req
+	r      *Replica
+	stable int
+}
+
+func newSingle(t *testing.T, snapshotEntries int) *single {
+	s := &single{t: t, stor: raft.NewMemoryStorage()}
+	s.cfg = Config{ID: 1, Peers: []uint64{1}, Storage: s.stor, Clock: func() int64 { return 1e12 },
+		Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: snapshotEntries}
+	s.restart()
+	for i := 0; !s.r.IsLeader(); i++ {
+		if i > 100 {
+			t.Fatal("single replica did not become leader in 100 ticks")
+		}
+		s.r.Tick()
+		s.drive()
+	}
+	return s
+}
+
+func (s *single) restart() {
+	s.t.Helper()
+	s.cfg.OwnOps = append([]*Req(nil), s.own...)
+	r, err := New(s.cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.r = r
+}
+
+func (s *single) drive() {
+	s.t.Helper()
+	for s.r.HasReady() {
+		rd, err := s.r.Ready()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+			if err := s.stor.SetHardState(proto.Clone(rd.HardState).(*raftpb.HardState)); err != nil {
+				s.t.Fatal(err)
+			}
+		}
+		if err := s.stor.Append(rd.Entries); err != nil {
+			s.t.Fatal(err)
+		}
+		s.own = append(s.own, rd.Persist...)
+		for _, v := range rd.Views {
+			if v.Stable {
+				s.stable++
+			}
+		}
+		s.r.Advance(rd)
+	}
+}
+
+func (s *single) putWeak(n int) {
+	s.t.Helper()
+	for i := range n {
+		if err := s.r.Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Want: WantTentative | WantStable,
+			Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", i%50), Value: []byte("v")}}); err != nil {
+			s.t.Fatal(err)
+		}
+		s.drive()
+	}
+}
+
+// Once NoopBatch own weak operations wait for an entry, the replica
+// proposes them at once: under load weak operations commit at the rate they
+// arrive, not a no-op period's worth at a time (before, they waited for the
+// tick's no-op, and Submit refused them past MaxTentative).
+func TestWeakOpsProposedWithoutWaitingForTheNoop(t *testing.T) {
+	s := newSingle(t, -1)
+	n := 4 * s.r.cfg.NoopBatch
+	s.putWeak(n) // no tick from here on
+	if s.stable < n-s.r.cfg.NoopBatch {
+		t.Fatalf("%d of %d weak puts committed without a tick; want all but the last %d", s.stable, n, s.r.cfg.NoopBatch)
+	}
+}
+
+// A restart replays the committed log before the own operations come back:
+// own operations the log commits are never tentative again (before, every
+// own operation since the last snapshot came back tentative and each
+// replayed entry rescanned them all, so restart time grew cubically).
+func TestRestartDoesNotMakeCommittedOwnOpsTentative(t *testing.T) {
+	s := newSingle(t, -1)
+	const n = 2000
+	s.putWeak(n)
+	for i := 0; s.stable < n; i++ {
+		if i > 200 {
+			t.Fatalf("%d of %d weak puts committed after 200 ticks", s.stable, n)
+		}
+		s.r.Tick()
+		s.drive()
+	}
+	hash := s.r.CommittedStateHash()
+	if len(s.own) != n {
+		t.Fatalf("%d own operations persisted, want %d", len(s.own), n)
+	}
+	s.restart()
+	if got := s.r.TentativeLen(); got != 0 {
+		t.Fatalf("after restart %d operations are tentative; want 0 (all %d are committed in the log)", got, n)
+	}
+	if got := s.r.CommittedStateHash(); got != hash {
+		t.Fatalf("restarted committed state %x, want %x", got, hash)
+	}
+	if got := s.r.Stamp().VV[1]; got != n {
+		t.Fatalf("restarted VV[1] = %d, want %d", got, n)
+	}
+	// It goes on issuing fresh sequence numbers.
+	s.putWeak(1)
+	if got := s.r.Stamp().VV[1]; got != n+1 {
+		t.Fatalf("after one more put VV[1] = %d, want %d", got, n+1)
+	}
+}
