@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -117,7 +118,7 @@ The same settings can come from a JSON file (--config), e.g.
 	f.StringVar(&peers, "peers", "", "every replica as ID=HOST:PORT, comma-separated, required")
 	f.StringVar(&cfg.Listen, "listen", "", "address to serve clients and peers on (default: this replica's --peers address)")
 	f.StringVar(&cfg.Data, "data", "data", "data directory")
-	f.StringVar(&cfg.Metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
+	f.StringVar(&cfg.Metrics, "metrics", "", "serve Prometheus metrics (/metrics) and Go profiles (/debug/pprof/) on this address (e.g. 127.0.0.1:9101)")
 	f.StringVar(&cfg.Tick, "tick", "10ms", "replica tick (raft heartbeat is 3 ticks, election timeout 30-60 ticks)")
 	return cmd
 }
@@ -175,6 +176,12 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// Profiles as etcd serves them: go tool pprof http://ADDR/debug/pprof/profile
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := hs.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
