@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -22,6 +23,9 @@ type Result struct {
 	Messages int
 	Dropped  int
 	Crashes  int
+	// PowerLosses counts the crashes that kept only synced data (the
+	// others kept everything written).
+	PowerLosses int
 	// Snapshots counts snapshots taken by the replicas.
 	Snapshots int
 	// Err is the first failed check (nil if all passed).
@@ -42,6 +46,7 @@ func Run(opt Options) Result {
 
 // Run executes the workload with faults, heals, waits for quiet, and checks.
 func (c *Cluster) Run() Result {
+	defer c.Close()
 	res := Result{Seed: c.opt.Seed}
 	c.faulty = true
 	for _, n := range c.Nodes {
@@ -70,6 +75,7 @@ func (c *Cluster) Run() Result {
 			for _, n := range c.Nodes {
 				c.Restart(n.ID)
 			}
+			c.healAt = c.now
 			quietUntil = c.now + int64(c.opt.Quiet)
 		}
 		if quietUntil >= 0 && c.now >= quietUntil {
@@ -81,7 +87,7 @@ func (c *Cluster) Run() Result {
 		}
 		ev := heap.Pop(&c.queue).(*event)
 		c.now = ev.at
-		ev.fn()
+		c.do(ev.fn)
 		if events++; events > maxEvents {
 			c.err = fmt.Errorf("%w: more than %d events", errStalled, maxEvents)
 		}
@@ -89,6 +95,7 @@ func (c *Cluster) Run() Result {
 	res.Messages, res.Dropped, res.Snapshots = c.Messages, c.Dropped, c.Snapshots
 	for _, n := range c.Nodes {
 		res.Crashes += n.crashes
+		res.PowerLosses += n.powerLosses
 		if n.Rep != nil {
 			s := n.Rep.Stats()
 			res.Stats.Executions += s.Executions
@@ -106,6 +113,17 @@ func (c *Cluster) Run() Result {
 	}
 	res.Err = c.check(&res)
 	return res
+}
+
+// do runs one event. A panic in a replica, its driver or its storage fails
+// the run, as it fail-stops a server; the run ends at once.
+func (c *Cluster) do(fn func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.fail(fmt.Errorf("%w at %v: %v\n%s", errPanic, c.Now(), p, debug.Stack()))
+		}
+	}()
+	fn()
 }
 
 func (c *Cluster) scheduleTicks(n *Node) {
@@ -196,6 +214,8 @@ func (c *Cluster) check(res *Result) error {
 	}
 	if err := c.checkFinalDelivered(res.Records); err != nil {
 		errs = append(errs, fmt.Errorf("final views: %w", err))
+	} else if err := c.checkLiveness(res.Records); err != nil {
+		errs = append(errs, fmt.Errorf("liveness: %w", err))
 	}
 	if err := history.CheckFinalOnce(res.Records); err != nil {
 		errs = append(errs, fmt.Errorf("final once: %w", err))
@@ -231,6 +251,38 @@ func (c *Cluster) checkFinalDelivered(records []history.Record) error {
 		}
 		if !final && c.Node(ca.node).crashes == ca.crashes {
 			errs = append(errs, fmt.Errorf("record %d (%v at replica %d): no final view, and the replica did not crash", ca.h.Index(), rec.Op.Kind, ca.node))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkLiveness: once the faults healed, every operation still waiting got
+// the view it waits for (the stable one, or the tentative one of a weak
+// read) within Options.Liveness, unless its replica crashed after it was
+// submitted (then the client lost its connection and the outcome).
+func (c *Cluster) checkLiveness(records []history.Record) error {
+	deadline := c.healAt + int64(c.opt.Liveness)
+	var errs []error
+	for _, ca := range c.calls {
+		if c.Node(ca.node).crashes != ca.crashes {
+			continue
+		}
+		rec := records[ca.h.Index()]
+		weakRead := ca.read && !ca.strong
+		at := int64(-1)
+		for _, v := range rec.Views {
+			if v.Final || weakRead {
+				at = v.At
+				break
+			}
+		}
+		if at < 0 || at > deadline {
+			got := "none"
+			if at >= 0 {
+				got = fmt.Sprintf("at %v, %v after the heal", time.Duration(at), time.Duration(at-c.healAt))
+			}
+			errs = append(errs, fmt.Errorf("record %d (%v at replica %d, invoked at %v): the view it waits for did not arrive within %v of the heal at %v (got: %s)",
+				ca.h.Index(), rec.Op.Kind, ca.node, time.Duration(rec.Invoke), c.opt.Liveness, time.Duration(c.healAt), got))
 		}
 	}
 	return errors.Join(errs...)

@@ -4,17 +4,18 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"time"
 
-	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/correctables/correctables/internal/driver"
 	"github.com/correctables/correctables/internal/history"
 	"github.com/correctables/correctables/internal/replica"
 	"github.com/correctables/correctables/internal/state"
+	"github.com/correctables/correctables/internal/storage"
 )
 
 // Faults sets what goes wrong during the workload phase.
@@ -26,8 +27,10 @@ type Faults struct {
 	// Partitions enables random partitions (one node cut off, or a random
 	// split) that heal in random order.
 	Partitions bool
-	// Crashes enables crashes (losing everything not persisted) and
-	// restarts; at most a minority is down at once.
+	// Crashes enables crashes and restarts; at most a minority is down at
+	// once. A crash is a power loss (the node's filesystem keeps only what
+	// was synced) or a process crash (it keeps everything written), drawn
+	// from the seed.
 	Crashes bool
 	// Skew is the largest clock offset of a replica from true time.
 	Skew time.Duration
@@ -57,6 +60,11 @@ type Options struct {
 	// Quiet is how long the cluster runs fault-free after the workload,
 	// before the convergence check. Default 5s.
 	Quiet time.Duration
+	// Liveness bounds how long after the heal (the end of the workload
+	// phase: partitions healed, crashed replicas restarted) every pending
+	// operation may take to get the view it waits for. Default 3s; it must
+	// not exceed Quiet.
+	Liveness time.Duration
 	// Workload picks each operation; default Mixed.
 	Workload func(r *rand.Rand, keys int) state.Op
 	// SnapshotEntries is passed to the replicas (see replica.Config);
@@ -65,6 +73,12 @@ type Options struct {
 	// Hook, if set, is called once the cluster is built, to schedule extra
 	// events (used by the hazard tests).
 	Hook func(c *Cluster)
+
+	// noSync opens the stores with storage.Options.NoSync and makes every
+	// crash a power loss: Save then returns before its write is durable,
+	// the mutation "acknowledge before syncing" (mutation_test.go). Tests
+	// only.
+	noSync bool
 }
 
 func (o *Options) defaults() {
@@ -90,6 +104,7 @@ func (o *Options) defaults() {
 	defd(&o.MaxDelay, 20*time.Millisecond)
 	defd(&o.ClientTimeout, 3*time.Second)
 	defd(&o.Quiet, 5*time.Second)
+	defd(&o.Liveness, 3*time.Second)
 	if o.SnapshotEntries == 0 {
 		o.SnapshotEntries = -1
 	}
@@ -124,20 +139,20 @@ func (q *eventQueue) Pop() any {
 	return e
 }
 
-// disk is what survives a crash: the raft log and hard state, and the
-// replica's own persisted operations.
-type disk struct {
-	log *raft.MemoryStorage
-	own []*replica.Req
-}
-
-// Node is one simulated replica.
+// Node is one simulated replica: the replica, the production driver that
+// handles its Ready, and its storage (internal/storage on Pebble) on a
+// crashable in-memory filesystem.
 type Node struct {
-	ID      uint64
-	Rep     *replica.Replica // nil while crashed
-	disk    *disk
+	ID  uint64
+	Rep *replica.Replica // nil while crashed
+	// fs is the node's filesystem; a crash replaces it by a crash clone.
+	fs      *vfs.MemFS
+	store   *storage.Store // nil while crashed
+	drv     *driver.Driver // nil while crashed
 	skew    int64
 	crashes int
+	// powerLosses counts the crashes that kept only synced data.
+	powerLosses int
 }
 
 // Cluster is one simulation run.
@@ -162,6 +177,12 @@ type Cluster struct {
 	// hazard tests use it to cut gossip but not raft, for example).
 	Filter func(m replica.Message) bool
 
+	// healAt is the virtual time the faults healed, -1 before.
+	healAt int64
+	// tailCache is the storage's tail cache size (entries), drawn per run:
+	// with it off, every log read goes to Pebble.
+	tailCache int
+
 	// Counters for reports.
 	Messages, Dropped, Snapshots int
 }
@@ -174,11 +195,15 @@ func New(opt Options) (*Cluster, error) {
 	if opt.Replicas < 1 || opt.Replicas > 9 {
 		return nil, fmt.Errorf("sim: %d replicas; want 1 to 9", opt.Replicas)
 	}
+	if opt.Liveness > opt.Quiet {
+		return nil, fmt.Errorf("sim: Liveness %v exceeds Quiet %v", opt.Liveness, opt.Quiet)
+	}
 	c := &Cluster{
-		opt:   opt,
-		rng:   rand.New(rand.NewPCG(opt.Seed, 0x5eed)),
-		delay: map[[2]uint64]int64{},
-		cut:   map[[2]uint64]bool{},
+		opt:    opt,
+		rng:    rand.New(rand.NewPCG(opt.Seed, 0x5eed)),
+		delay:  map[[2]uint64]int64{},
+		cut:    map[[2]uint64]bool{},
+		healAt: -1,
 	}
 	c.rec = history.NewRecorder(func() int64 { return c.now })
 	for i := 1; i <= opt.Replicas; i++ {
@@ -192,25 +217,52 @@ func New(opt Options) (*Cluster, error) {
 			}
 		}
 	}
+	// The tail cache serves most log reads from memory; a third of the runs
+	// turn it off and a third keep only a few entries, so that Pebble's
+	// read path runs too.
+	c.tailCache = [3]int{-1, 4, 0}[c.rng.IntN(3)]
 	for _, id := range c.ids {
-		n := &Node{ID: id, disk: &disk{log: raft.NewMemoryStorage()}}
+		n := &Node{ID: id, fs: vfs.NewCrashableMem()}
 		if opt.Faults.Skew > 0 {
 			n.skew = c.rng.Int64N(2*int64(opt.Faults.Skew)+1) - int64(opt.Faults.Skew)
 		}
 		c.Nodes = append(c.Nodes, n)
 		if err := c.start(n); err != nil {
+			c.Close()
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
+// discard is the logger of the simulated stores and drivers.
+var discard = slog.New(slog.DiscardHandler)
+
+// dataDir is where each node's store lives on its own filesystem.
+const dataDir = "/data"
+
+// start opens the node's store on its filesystem, recovers the replica
+// from it and wires the replica to the production driver, exactly as the
+// server does (internal/server.New), but with the simulated network and
+// clients.
 func (c *Cluster) start(n *Node) error {
+	st, err := storage.Open(storage.Options{
+		Dir: dataDir, FS: n.fs, NoSync: c.opt.noSync, Logger: discard,
+		TailCacheEntries: c.tailCache, CacheSize: 1 << 20,
+	})
+	if err != nil {
+		return fmt.Errorf("sim: open the store of replica %d: %w", n.ID, err)
+	}
+	own, err := st.OwnOps()
+	if err != nil {
+		st.Close()
+		return fmt.Errorf("sim: replica %d: reading own operations: %w", n.ID, err)
+	}
 	rep, err := replica.New(replica.Config{
 		ID:      n.ID,
 		Peers:   c.ids,
-		Storage: n.disk.log,
-		OwnOps:  slices.Clone(n.disk.own),
+		Storage: st,
+		OwnOps:  own,
 		Clock:   func() int64 { return epoch + c.now + n.skew },
 		// Checkers need every committed id, also across snapshots.
 		TrackHistory:    true,
@@ -218,9 +270,24 @@ func (c *Cluster) start(n *Node) error {
 		Rand:            rand.New(rand.NewPCG(c.rng.Uint64(), uint64(n.ID))),
 	})
 	if err != nil {
+		st.Close()
 		return fmt.Errorf("sim: start replica %d: %w", n.ID, err)
 	}
-	n.Rep = rep
+	drv, err := driver.New(driver.Config{
+		Replica: rep, Storage: st, Send: c.send,
+		Deliver:       func(v replica.View) error { c.deliverView(v); return nil },
+		CompactMargin: compactMargin, Logger: discard,
+		Observe: func(r driver.Round) {
+			if r.Snapshot {
+				c.Snapshots++
+			}
+		},
+	})
+	if err != nil {
+		st.Close()
+		return err
+	}
+	n.Rep, n.store, n.drv = rep, st, drv
 	c.pump(n)
 	return nil
 }
@@ -229,27 +296,14 @@ func (c *Cluster) start(n *Node) error {
 // that a follower slightly behind catches up from the log.
 const compactMargin = 5
 
-func (c *Cluster) snapshot(n *Node, req *replica.SnapshotRequest) error {
-	if _, err := n.disk.log.CreateSnapshot(req.Index, req.ConfState, req.Data); err != nil {
-		if errors.Is(err, raft.ErrSnapOutOfDate) {
-			return nil
-		}
-		return err
-	}
-	c.Snapshots++
-	if req.Index > compactMargin {
-		if err := n.disk.log.Compact(req.Index - compactMargin); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			return err
+// Close closes every store; Run calls it when the run ends.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		if n.store != nil {
+			_ = n.store.Close()
+			n.store = nil
 		}
 	}
-	keep := n.disk.own[:0:0]
-	for _, q := range n.disk.own {
-		if q.ID.Seq > req.OwnCommitted {
-			keep = append(keep, q)
-		}
-	}
-	n.disk.own = keep
-	return nil
 }
 
 // Now is the virtual time since the start of the run.
@@ -271,46 +325,14 @@ func (c *Cluster) fail(err error) {
 	}
 }
 
-// pump drains a replica's Ready: persist, then send, then deliver.
+// pump has the production driver handle the replica's Ready: persist,
+// then snapshot, then send, then deliver, then advance.
 func (c *Cluster) pump(n *Node) {
-	for n.Rep != nil && n.Rep.HasReady() && c.err == nil {
-		rd, err := n.Rep.Ready()
-		if err != nil {
-			c.fail(fmt.Errorf("replica %d: %w", n.ID, err))
-			return
-		}
-		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
-			if err := n.disk.log.ApplySnapshot(proto.Clone(rd.Snapshot).(*raftpb.Snapshot)); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
-				c.fail(err)
-				return
-			}
-		}
-		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-			if err := n.disk.log.SetHardState(proto.Clone(rd.HardState).(*raftpb.HardState)); err != nil {
-				c.fail(err)
-				return
-			}
-		}
-		if len(rd.Entries) > 0 {
-			if err := n.disk.log.Append(rd.Entries); err != nil {
-				c.fail(err)
-				return
-			}
-		}
-		n.disk.own = append(n.disk.own, rd.Persist...)
-		if req := rd.CreateSnapshot; req != nil {
-			if err := c.snapshot(n, req); err != nil {
-				c.fail(fmt.Errorf("replica %d: snapshot: %w", n.ID, err))
-				return
-			}
-		}
-		for _, m := range rd.Messages {
-			c.send(m)
-		}
-		for _, v := range rd.Views {
-			c.deliverView(v)
-		}
-		n.Rep.Advance(rd)
+	if n.drv == nil || c.err != nil {
+		return
+	}
+	if err := n.drv.HandleReady(); err != nil {
+		c.fail(fmt.Errorf("replica %d: %w", n.ID, err))
 	}
 }
 
@@ -383,17 +405,35 @@ func (c *Cluster) Partition(a []uint64) {
 // HealAll removes every partition.
 func (c *Cluster) HealAll() { clear(c.cut) }
 
-// Crash stops a node: everything it had not persisted is lost.
+// Crash stops a node. Its filesystem becomes a crash clone of itself: on a
+// power loss (half the crashes, drawn from the seed; every crash with the
+// noSync mutation) only what was synced survives, on a process crash
+// everything written does. The old store is abandoned (closed without
+// effect on the clone) and Restart opens a new one on the clone.
+//
+// Pebble's CrashClone draws its random choices in map iteration order, so
+// the only percentages of unsynced data that give the same clone on every
+// replay are 0 and 100; those are the two kinds of crash.
 func (c *Cluster) Crash(id uint64) {
 	n := c.Node(id)
 	if n.Rep == nil {
 		return
 	}
-	n.Rep = nil
+	keep := 100
+	if c.opt.noSync || c.rng.IntN(2) == 0 {
+		keep = 0
+		n.powerLosses++
+	}
+	// The RNG is never drawn from with 0 and always yields inclusion with
+	// 100: a private one keeps c.rng independent of the files Pebble's
+	// background work happened to leave.
+	n.fs = n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rand.New(rand.NewPCG(1, 2))})
+	_ = n.store.Close()
+	n.Rep, n.store, n.drv = nil, nil, nil
 	n.crashes++
 }
 
-// Restart brings a crashed node back from its disk.
+// Restart brings a crashed node back from its filesystem.
 func (c *Cluster) Restart(id uint64) {
 	n := c.Node(id)
 	if n.Rep != nil {
@@ -424,4 +464,8 @@ func (c *Cluster) down() int {
 	return k
 }
 
-var errStalled = errors.New("sim: run did not finish")
+var (
+	errStalled = errors.New("sim: run did not finish")
+	// errPanic: a replica, its driver or its storage panicked.
+	errPanic = errors.New("sim: panic")
+)

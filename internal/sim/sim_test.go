@@ -1,6 +1,11 @@
 package sim
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -8,22 +13,49 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/correctables/correctables/internal/history"
+	"github.com/correctables/correctables/internal/replica"
 )
 
-// seeds is the number of seeds TestSimulation runs: 500 by default, more
-// with CORRECTABLES_SIM_SEEDS (make test-long).
-func seeds(t *testing.T) int {
-	if s := os.Getenv("CORRECTABLES_SIM_SEEDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("CORRECTABLES_SIM_SEEDS=%q: want a positive number", s)
-		}
-		return n
+// defaultSeeds is how many fixed seeds (1, 2, ...) TestSimulation runs, and
+// defaultFresh how many fresh ones it adds, unless CORRECTABLES_SIM_SEEDS
+// and CORRECTABLES_SIM_FRESH say otherwise (make test-long). Sized so that
+// the package stays under three minutes with -race on two cores.
+const (
+	defaultSeeds = 250
+	defaultFresh = 10
+)
+
+func envCount(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return 500
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a number of seeds", name, s)
+	}
+	return n
 }
 
-// faulty is the fault mix of the seeded runs.
+// mixes are the fault mixes of the seeded runs; seed s runs
+// mixes[s%len(mixes)], so the fixed seeds spread evenly over them and any
+// seed replays with its own mix.
+var mixes = []string{"faulty", "snap5", "skew1s", "onekey", "kvmany"}
+
+func mixOf(seed uint64) string { return mixes[seed%uint64(len(mixes))] }
+
+// seedOptions is the run of a seed: its mix, with the seed.
+func seedOptions(seed uint64) Options {
+	if m := mixOf(seed); m != "faulty" {
+		return reviewMix(m, seed)
+	}
+	return faulty(seed)
+}
+
+// faulty is the base fault mix: 3 or 5 replicas, drops, duplicates,
+// reordering, partitions, crashes, 100 ms skew.
 func faulty(seed uint64) Options {
 	replicas := 3
 	if seed%2 == 1 {
@@ -46,10 +78,25 @@ func faulty(seed uint64) Options {
 	}
 }
 
-// TestSimulation runs the seeds on every core; each run is independent and
-// deterministic, so the order they finish in does not matter.
-func TestSimulation(t *testing.T) {
-	n := seeds(t)
+// replay is the command that reruns one seed.
+func replay(seed uint64) string {
+	return fmt.Sprintf("go test ./internal/sim -run TestSeed -seed=%d -v", seed)
+}
+
+// freshSeeds returns n seeds derived from the time, different on every run.
+func freshSeeds(n int) []uint64 {
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = r.Uint64N(1<<53) + 1 // printable exactly, never 0
+	}
+	return out
+}
+
+// runSeeds runs the seeds on every core; each run is independent and
+// deterministic, so the order they finish in does not matter. It returns
+// the seeds that failed, sorted.
+func runSeeds(t *testing.T, seeds []uint64, opts func(uint64) Options, fail func(seed uint64, res Result)) []uint64 {
 	seedc := make(chan uint64)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -59,37 +106,123 @@ func TestSimulation(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for seed := range seedc {
-				res := Run(faulty(seed))
+				res := Run(opts(seed))
 				if res.Err != nil {
 					mu.Lock()
 					failed = append(failed, seed)
 					mu.Unlock()
-					t.Errorf("seed %d (%d replicas) failed; replay with: go test ./internal/sim -run TestSeed -seed %d -v\n%v",
-						seed, faulty(seed).Replicas, seed, res.Err)
+					fail(seed, res)
 				}
 			}
 		}()
 	}
-	for seed := uint64(1); seed <= uint64(n); seed++ {
+	for _, seed := range seeds {
 		seedc <- seed
 	}
 	close(seedc)
 	wg.Wait()
+	slices.Sort(failed)
+	return failed
+}
+
+// TestSimulation runs the fixed seeds 1..CORRECTABLES_SIM_SEEDS and
+// CORRECTABLES_SIM_FRESH fresh ones, every mix among them. With -seed it
+// runs that seed only.
+func TestSimulation(t *testing.T) {
+	if *seedFlag != 0 {
+		runOne(t, *seedFlag)
+		return
+	}
+	var seeds []uint64
+	for s := 1; s <= envCount(t, "CORRECTABLES_SIM_SEEDS", defaultSeeds); s++ {
+		seeds = append(seeds, uint64(s))
+	}
+	fresh := freshSeeds(envCount(t, "CORRECTABLES_SIM_FRESH", defaultFresh))
+	t.Logf("sim: %d fixed seeds (1..%d) and fresh seeds %v; mixes %v by seed mod %d", len(seeds), len(seeds), fresh, mixes, len(mixes))
+	seeds = append(seeds, fresh...)
+	failed := runSeeds(t, seeds, seedOptions, func(seed uint64, res Result) {
+		t.Errorf("sim: seed %d failed (mix %s, %d replicas): %v\n(replay: %s)", seed, mixOf(seed), seedOptions(seed).Replicas, res.Err, replay(seed))
+	})
 	if len(failed) > 0 {
-		slices.Sort(failed)
-		t.Logf("%d of %d seeds failed: %v", len(failed), n, failed)
+		t.Logf("sim: %d of %d seeds failed: %v", len(failed), len(seeds), failed)
 	}
 }
 
-var seedFlag = flagUint("seed", 0, "replay one simulation seed (TestSeed)")
+var seedFlag = flagUint("seed", 0, "replay one simulation seed (TestSeed, TestSimulation)")
 
+// TestSeed replays the seed given with -seed, with its mix.
 func TestSeed(t *testing.T) {
 	if *seedFlag == 0 {
 		t.Skip("no -seed given")
 	}
-	res := Run(faulty(*seedFlag))
-	t.Logf("records=%d committed=%d msgs=%d dropped=%d crashes=%d snapshots=%d stats=%+v", len(res.Records), len(res.Committed), res.Messages, res.Dropped, res.Crashes, res.Snapshots, res.Stats)
+	runOne(t, *seedFlag)
+}
+
+func runOne(t *testing.T, seed uint64) {
+	res := Run(seedOptions(seed))
+	t.Logf("seed %d mix %s: records=%d committed=%d msgs=%d dropped=%d crashes=%d snapshots=%d stats=%+v", seed, mixOf(seed), len(res.Records), len(res.Committed), res.Messages, res.Dropped, res.Crashes, res.Snapshots, res.Stats)
 	if res.Err != nil {
-		t.Fatal(res.Err)
+		t.Fatalf("sim: seed %d failed (mix %s): %v\n(replay: %s)", seed, mixOf(seed), res.Err, replay(seed))
+	}
+}
+
+// fingerprint hashes what a run recorded and committed and what it counted.
+func fingerprint(res Result) string {
+	// JSON follows pointers (%v would print their addresses) and sorts
+	// map keys.
+	b, err := json.Marshal(struct {
+		Records                               []history.Record
+		Committed                             []history.OpID
+		Messages, Dropped, Crashes, Snapshots int
+		Stats                                 replica.Stats
+	}{res.Records, res.Committed, res.Messages, res.Dropped, res.Crashes, res.Snapshots, res.Stats})
+	if err != nil {
+		panic(err)
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// TestDeterministic: the same seed gives the same history, committed order
+// and counters, although every node runs Pebble with its background
+// goroutines. Each seed runs twice at the same time (different timing of
+// those goroutines) and once more afterwards; one seed per mix, each with
+// crashes (both kinds) and, for most mixes, snapshots.
+func TestDeterministic(t *testing.T) {
+	var crashes, powerLosses int
+	defer func() {
+		if powerLosses == 0 || powerLosses == crashes {
+			t.Errorf("%d crashes, %d of them power losses: want both kinds of crash among the seeds", crashes, powerLosses)
+		}
+	}()
+	for _, seed := range []uint64{15, 6, 22, 3, 4} {
+		t.Run(fmt.Sprintf("seed%d_%s", seed, mixOf(seed)), func(t *testing.T) {
+			var runs [3]Result
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					runs[i] = Run(seedOptions(seed))
+				}()
+			}
+			wg.Wait()
+			runs[2] = Run(seedOptions(seed))
+			if runs[0].Err != nil {
+				t.Fatalf("seed %d: %v (replay: %s)", seed, runs[0].Err, replay(seed))
+			}
+			crashes += runs[0].Crashes
+			powerLosses += runs[0].PowerLosses
+			if runs[0].Crashes == 0 {
+				t.Errorf("seed %d had no crash; pick a seed that has", seed)
+			}
+			want := fingerprint(runs[0])
+			for i, r := range runs[1:] {
+				if got := fingerprint(r); got != want {
+					t.Errorf("seed %d: run %d differs from run 0: %d vs %d records, %d vs %d committed, %d vs %d messages",
+						seed, i+1, len(r.Records), len(runs[0].Records), len(r.Committed), len(runs[0].Committed), r.Messages, runs[0].Messages)
+				}
+			}
+		})
 	}
 }
