@@ -907,14 +907,20 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Leader        uint64                 `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	CommittedOps  uint64                 `protobuf:"varint,5,opt,name=committed_ops,json=committedOps,proto3" json:"committed_ops,omitempty"`
-	TentativeOps  uint64                 `protobuf:"varint,6,opt,name=tentative_ops,json=tentativeOps,proto3" json:"tentative_ops,omitempty"`
-	Vv            map[uint64]uint64      `protobuf:"bytes,7,rep,name=vv,proto3" json:"vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Leader       uint64                 `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Term         uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	CommittedOps uint64                 `protobuf:"varint,5,opt,name=committed_ops,json=committedOps,proto3" json:"committed_ops,omitempty"`
+	TentativeOps uint64                 `protobuf:"varint,6,opt,name=tentative_ops,json=tentativeOps,proto3" json:"tentative_ops,omitempty"`
+	Vv           map[uint64]uint64      `protobuf:"bytes,7,rep,name=vv,proto3" json:"vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// commit_index is the raft commit index this replica knows of; while it
+	// is ahead of applied_index the replica is catching up (it still answers
+	// weak operations and Status meanwhile).
+	CommitIndex uint64 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	// snapshot_index is the index of the replica's latest snapshot.
+	SnapshotIndex uint64 `protobuf:"varint,9,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -996,6 +1002,20 @@ func (x *StatusReply) GetVv() map[uint64]uint64 {
 		return x.Vv
 	}
 	return nil
+}
+
+func (x *StatusReply) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *StatusReply) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
 }
 
 // PeerEnvelope carries replica messages in the replica package's own
@@ -1151,7 +1171,7 @@ const file_correctables_proto_rawDesc = "" +
 	"\x06result\x18\x03 \x01(\v2\x17.correctables.v1.ResultR\x06result\x12%\n" +
 	"\x02id\x18\x04 \x01(\v2\x15.correctables.v1.OpIDR\x02id\x12,\n" +
 	"\x05stamp\x18\x05 \x01(\v2\x16.correctables.v1.StampR\x05stamp\"\x0f\n" +
-	"\rStatusRequest\"\xa5\x02\n" +
+	"\rStatusRequest\"\xef\x02\n" +
 	"\vStatusReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x12\n" +
@@ -1159,7 +1179,9 @@ const file_correctables_proto_rawDesc = "" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12#\n" +
 	"\rcommitted_ops\x18\x05 \x01(\x04R\fcommittedOps\x12#\n" +
 	"\rtentative_ops\x18\x06 \x01(\x04R\ftentativeOps\x124\n" +
-	"\x02vv\x18\a \x03(\v2$.correctables.v1.StatusReply.VvEntryR\x02vv\x1a5\n" +
+	"\x02vv\x18\a \x03(\v2$.correctables.v1.StatusReply.VvEntryR\x02vv\x12!\n" +
+	"\fcommit_index\x18\b \x01(\x04R\vcommitIndex\x12%\n" +
+	"\x0esnapshot_index\x18\t \x01(\x04R\rsnapshotIndex\x1a5\n" +
 	"\aVvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\">\n" +

@@ -432,6 +432,12 @@ func (r *Replica) Stamp() Stamp { return r.stamp() }
 // the leader).
 func (r *Replica) TransferLeadership(id uint64) { r.node.TransferLeadership(id) }
 
+// Progress returns the raft index applied, the commit index this replica
+// knows of (ahead of applied while it catches up) and its snapshot's index.
+func (r *Replica) Progress() (applied, commit, snapshot uint64) {
+	return r.applied, r.node.Status().GetCommit(), r.snapIndex
+}
+
 // Term returns the raft term this replica is in.
 func (r *Replica) Term() uint64 { return r.node.Status().GetTerm() }
 

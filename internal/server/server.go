@@ -139,6 +139,9 @@ type Server struct {
 	// Owned by the loop: the requests waiting for views, by seq.
 	waiting map[uint64]*request
 	nextSeq uint64
+	// Catch-up logging (logCatchUp).
+	catchUpLogged time.Time
+	catchingUp    bool
 
 	inflight chan struct{} // semaphore of client requests
 	peers    map[uint64]*peer
@@ -346,6 +349,31 @@ func (s *Server) loop() {
 			s.failWaiting()
 			return
 		}
+		s.logCatchUp()
+	}
+}
+
+// catchUpLag is how far behind the commit index a replica must be for its
+// catch-up to be logged; catchUpLogEvery spaces the lines.
+const (
+	catchUpLag      = 1000
+	catchUpLogEvery = time.Second
+)
+
+// logCatchUp reports, at most once a second, a replica that applies
+// entries far behind the commit index (after a restart or a partition), and
+// the moment it has caught up.
+func (s *Server) logCatchUp() {
+	applied, commit, _ := s.rep.Progress()
+	behind := commit > applied+catchUpLag
+	switch {
+	case behind && time.Since(s.catchUpLogged) >= catchUpLogEvery:
+		s.catchUpLogged = time.Now()
+		s.catchingUp = true
+		s.log.Info("catching up", "applied", applied, "commit", commit)
+	case !behind && s.catchingUp:
+		s.catchingUp = false
+		s.log.Info("caught up", "applied", applied, "commit", commit)
 	}
 }
 
@@ -403,10 +431,11 @@ func (s *Server) failWaiting() {
 
 func (s *Server) statusReply() *api.StatusReply {
 	st := s.rep.Stamp()
+	_, commit, snap := s.rep.Progress()
 	return &api.StatusReply{
 		Id: s.cfg.ID, Leader: s.rep.Leader(), Term: s.rep.Term(), AppliedIndex: st.AppliedIndex,
 		CommittedOps: uint64(st.CommittedCount), TentativeOps: uint64(s.rep.TentativeLen()),
-		Vv: map[uint64]uint64(st.VV),
+		Vv: map[uint64]uint64(st.VV), CommitIndex: commit, SnapshotIndex: snap,
 	}
 }
 
