@@ -9,7 +9,8 @@ import (
 
 // HasReady reports whether Ready has anything.
 func (r *Replica) HasReady() bool {
-	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0
+	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0 ||
+		r.snapshotDue()
 }
 
 // Ready collects what the driver must persist, send and deliver. Committed
@@ -49,6 +50,9 @@ func (r *Replica) Ready() (Ready, error) {
 		rd.Messages = append(msgs, rd.Messages...)
 		rd.raft = &rrd
 		return rd, nil
+	}
+	if err := r.maybeSnapshot(); err != nil {
+		return Ready{}, err
 	}
 	rd := r.out
 	r.out = Ready{}

@@ -21,6 +21,7 @@ type single struct {
 	own    []*Req
 	r      *Replica
 	stable int
+	snaps  int
 }
 
 func newSingle(t *testing.T, snapshotEntries int) *single {
@@ -64,6 +65,9 @@ func (s *single) drive() {
 			s.t.Fatal(err)
 		}
 		s.own = append(s.own, rd.Persist...)
+		if rd.CreateSnapshot != nil {
+			s.snaps++
+		}
 		for _, v := range rd.Views {
 			if v.Stable {
 				s.stable++
@@ -131,4 +135,40 @@ func TestRestartDoesNotMakeCommittedOwnOpsTentative(t *testing.T) {
 	if got := s.r.Stamp().VV[1]; got != n+1 {
 		t.Fatalf("after one more put VV[1] = %d, want %d", got, n+1)
 	}
+}
+
+// Snapshots are bounded by bytes and by time as well as by entries: a few
+// large entries, or a trickle of writes, still get compacted.
+func TestSnapshotsBoundedByBytesAndTime(t *testing.T) {
+	t.Run("bytes", func(t *testing.T) {
+		s := newSingle(t, 1_000_000)
+		s.r.cfg.SnapshotBytes = 64 << 10
+		s.r.cfg.SnapshotTicks = 1 << 30
+		for i := range 8 {
+			if err := s.r.Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Strong: true, Want: WantStable,
+				Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("big", i), Value: make([]byte, 32<<10)}}); err != nil {
+				t.Fatal(err)
+			}
+			s.drive()
+		}
+		for i := 0; s.stable < 8 && i < 100; i++ {
+			s.r.Tick()
+			s.drive()
+		}
+		if s.snaps == 0 {
+			t.Fatalf("no snapshot after %d KiB of entries with SnapshotBytes 64 KiB", 8*32)
+		}
+	})
+	t.Run("time", func(t *testing.T) {
+		s := newSingle(t, 1_000_000)
+		s.r.cfg.SnapshotTicks = 50
+		s.putWeak(1)
+		for range 60 {
+			s.r.Tick()
+			s.drive()
+		}
+		if s.snaps == 0 {
+			t.Fatal("no snapshot 60 ticks after a write with SnapshotTicks 50")
+		}
+	})
 }

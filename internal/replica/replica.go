@@ -75,6 +75,12 @@ type Config struct {
 	// asks its driver for a snapshot and log compaction. Default 10,000;
 	// negative disables snapshots.
 	SnapshotEntries int
+	// SnapshotBytes and SnapshotTicks bound the same by the bytes of the
+	// entries applied and by time: a snapshot is taken when any bound is
+	// reached (and something was applied since the last). Defaults 64 MiB
+	// and 30,000 ticks.
+	SnapshotBytes int
+	SnapshotTicks int
 	// TrackHistory keeps every committed id and operation in memory and in
 	// snapshots, for the simulation's checkers. Off in servers.
 	TrackHistory bool
@@ -113,6 +119,8 @@ func (c *Config) validate() error {
 	if c.SnapshotEntries == 0 {
 		c.SnapshotEntries = 10_000
 	}
+	def(&c.SnapshotBytes, 64<<20)
+	def(&c.SnapshotTicks, 30_000)
 	return nil
 }
 
@@ -217,6 +225,10 @@ type Replica struct {
 	reads         map[uint64]*pendingRead
 	nextRead      uint64
 	lastNoop      int
+	// bytesSinceSnap counts the entry bytes applied, snapTick the tick of
+	// the last snapshot (maybeSnapshot).
+	bytesSinceSnap int
+	snapTick       int
 	// ownProposed is the highest own sequence number put in an entry since
 	// the last leader change.
 	ownProposed uint64

@@ -107,11 +107,24 @@ func (r *Replica) lookupResult(id OpID) (state.Result, bool) {
 	return rs[i].res, true
 }
 
+// snapshotDue reports whether a snapshot is due: something was applied
+// since the last one, and it is SnapshotEntries entries, SnapshotBytes
+// bytes (a few huge entries) or SnapshotTicks ticks (a trickle of writes)
+// old, so that restart and catch-up never replay more than that.
+func (r *Replica) snapshotDue() bool {
+	if r.cfg.SnapshotEntries <= 0 || r.confState == nil || r.applied == r.snapIndex {
+		return false
+	}
+	return r.applied-r.snapIndex >= uint64(r.cfg.SnapshotEntries) || r.bytesSinceSnap >= r.cfg.SnapshotBytes ||
+		r.ticks-r.snapTick >= r.cfg.SnapshotTicks
+}
+
 // maybeSnapshot asks for a snapshot every SnapshotEntries applied entries.
 func (r *Replica) maybeSnapshot() error {
-	if r.cfg.SnapshotEntries <= 0 || r.applied-r.snapIndex < uint64(r.cfg.SnapshotEntries) || r.confState == nil {
+	if !r.snapshotDue() {
 		return nil
 	}
+	r.bytesSinceSnap, r.snapTick = 0, r.ticks
 	data, err := r.snapshotData()
 	if err != nil {
 		return err

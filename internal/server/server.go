@@ -40,8 +40,9 @@ type Config struct {
 	// ElectionTicks, HeartbeatTicks, GossipTicks, NoopTicks, RetryTicks:
 	// see replica.Config. Defaults 30, 3, 2, 5, 50.
 	ElectionTicks, HeartbeatTicks, GossipTicks, NoopTicks, RetryTicks int
-	// SnapshotEntries: see replica.Config. Default 10,000.
-	SnapshotEntries int
+	// SnapshotEntries, SnapshotBytes, SnapshotTicks: see replica.Config.
+	// Defaults 10,000 entries, 64 MiB, 30,000 ticks.
+	SnapshotEntries, SnapshotBytes, SnapshotTicks int
 	// CompactMargin is how many entries stay in the log behind a snapshot,
 	// so that a follower a little behind catches up from the log rather
 	// than from a snapshot. Default 1,000.
@@ -174,7 +175,7 @@ func New(cfg Config) (*Server, error) {
 		Rand:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
 		Limits: cfg.Limits, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		GossipTicks: cfg.GossipTicks, NoopTicks: cfg.NoopTicks, RetryTicks: cfg.RetryTicks,
-		SnapshotEntries: cfg.SnapshotEntries, Logger: cfg.Logger.With("replica", cfg.ID),
+		SnapshotEntries: cfg.SnapshotEntries, SnapshotBytes: cfg.SnapshotBytes, SnapshotTicks: cfg.SnapshotTicks, Logger: cfg.Logger.With("replica", cfg.ID),
 	})
 	if err != nil {
 		return nil, err
