@@ -36,9 +36,64 @@ func BenchmarkRecovery(b *testing.B) {
 	}
 }
 
-func measureRecovery(b *testing.B, n int) (status, final time.Duration) {
+// BenchmarkFailover measures the first final view after the leader is
+// killed: n weak puts through replica 1, then the leader stops and a strong
+// put through a surviving replica is retried until it gets its final view
+// (failover-s, from the kill). It must not grow with the history.
+//
+//	go test ./internal/server -run '^$' -bench Failover -benchtime 1x -timeout 30m
+func BenchmarkFailover(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("writes=%d", n), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				lc := loadCluster(b, n)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				lead, err := lc.servers[0].Leader(ctx)
+				if err != nil || lead == 0 {
+					b.Fatalf("no leader: %v", err)
+				}
+				other := lead%3 + 1
+				c := dial(b, lc.peers[other])
+				b.StartTimer()
+				start := time.Now()
+				lc.servers[lead-1].Stop()
+				for {
+					cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+					_, err := invoke(cctx, c, &api.InvokeRequest{Op: put("after", "x"), Final: true, Strong: true})
+					ccancel()
+					if err == nil {
+						break
+					}
+					if ctx.Err() != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(time.Since(start).Seconds(), "failover-s")
+				b.StopTimer()
+				cancel()
+				lc.stop()
+			}
+		})
+	}
+}
+
+// loaded is a three-replica cluster on Pebble (fsync on, snapshots off)
+// that took n weak puts through replica 1.
+type loaded struct {
+	servers []*Server
+	peers   map[uint64]string
+	open    func(id uint64) *Server
+}
+
+func (l *loaded) stop() {
+	for _, s := range l.servers {
+		s.Stop()
+	}
+}
+
+func loadCluster(b *testing.B, n int) *loaded {
 	b.Helper()
-	b.StopTimer()
 	dir := b.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	peers := map[uint64]string{}
@@ -60,12 +115,7 @@ func measureRecovery(b *testing.B, n int) (status, final time.Duration) {
 		}
 		return s
 	}
-	servers := []*Server{open(1), open(2), open(3)}
-	defer func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	}()
+	lc := &loaded{servers: []*Server{open(1), open(2), open(3)}, peers: peers, open: open}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c := dial(b, peers[1])
@@ -102,16 +152,26 @@ func measureRecovery(b *testing.B, n int) (status, final time.Duration) {
 		b.Fatal(err)
 	}
 	// Let the no-ops commit what the puts left tentative, as on a live
-	// cluster; the restart then replays a committed log.
+	// cluster; a restart then replays a committed log.
 	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("sync", "x"), Final: true, Strong: true}); err != nil {
 		b.Fatal(err)
 	}
-	servers[0].Stop()
+	return lc
+}
+
+func measureRecovery(b *testing.B, n int) (status, final time.Duration) {
+	b.Helper()
+	b.StopTimer()
+	lc := loadCluster(b, n)
+	defer lc.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lc.servers[0].Stop()
 
 	b.StartTimer()
 	start := time.Now()
-	servers[0] = open(1)
-	c = dial(b, peers[1])
+	lc.servers[0] = lc.open(1)
+	c := dial(b, lc.peers[1])
 	for {
 		if _, err := c.Status(ctx, &api.StatusRequest{}); err == nil {
 			break
