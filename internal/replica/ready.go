@@ -10,12 +10,13 @@ import (
 // HasReady reports whether Ready has anything.
 func (r *Replica) HasReady() bool {
 	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0 ||
-		r.snapshotDue()
+		len(r.unasked) > 0 || r.snapshotDue()
 }
 
 // Ready collects what the driver must persist, send and deliver. Committed
 // entries are applied here: raft hands out only entries already durable.
 func (r *Replica) Ready() (Ready, error) {
+	r.askReads()
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
 		defer r.checkLeader()
@@ -33,9 +34,7 @@ func (r *Replica) Ready() (Ready, error) {
 			return Ready{}, err
 		}
 		for _, rs := range rrd.ReadStates {
-			if pr, ok := r.reads[parseReadCtx(r.incarnation, rs.RequestCtx)]; ok && pr.index == 0 {
-				pr.index = max(rs.Index, 1)
-			}
+			r.readIndexKnown(parseReadCtx(r.incarnation, rs.RequestCtx), rs.Index)
 		}
 		r.serveReads()
 		rd := r.out

@@ -172,3 +172,26 @@ func TestSnapshotsBoundedByBytesAndTime(t *testing.T) {
 		}
 	})
 }
+
+// Strong reads submitted together share one ReadIndex request (one raft
+// heartbeat round), as etcd's server batches linearizable reads.
+func TestStrongReadsShareOneReadIndex(t *testing.T) {
+	s := newSingle(t, -1)
+	s.putWeak(1)
+	batches := s.r.nextBatch
+	const n = 50
+	for i := range n {
+		if err := s.r.Submit(ClientRequest{Client: 2, Seq: uint64(i + 1), Strong: true, Want: WantStable,
+			Op: state.Op{Kind: state.OpGet, Key: "k0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.stable
+	s.drive()
+	if got := s.stable - before; got != n {
+		t.Fatalf("%d of %d strong reads answered", got, n)
+	}
+	if got := s.r.nextBatch - batches; got != 1 {
+		t.Fatalf("%d ReadIndex requests for %d reads submitted together; want 1", got, n)
+	}
+}

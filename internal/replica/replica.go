@@ -168,7 +168,14 @@ type pendingRead struct {
 	tentative state.Result
 	sent      bool
 	index     uint64 // read index once known; 0 before
-	askedAt   int
+}
+
+// readBatch is one ReadIndex request for the strong reads submitted since
+// the one before (as etcd's server batches linearizable reads): one raft
+// heartbeat round serves them all.
+type readBatch struct {
+	ids     []uint64 // keys of reads
+	askedAt int
 }
 
 // Replica is the Creek core of one replica (Algorithm 1): a deterministic
@@ -224,6 +231,9 @@ type Replica struct {
 	pendingStrong map[OpID]int // own uncommitted strong ops -> tick last proposed
 	reads         map[uint64]*pendingRead
 	nextRead      uint64
+	unasked       []uint64              // reads not in a batch yet
+	readBatches   map[uint64]*readBatch // by ReadIndex context id
+	nextBatch     uint64
 	lastNoop      int
 	// bytesSinceSnap counts the entry bytes applied, snapTick the tick of
 	// the last snapshot (maybeSnapshot).
@@ -259,6 +269,7 @@ func New(cfg Config) (*Replica, error) {
 		gossipSent:    map[uint64]*gossipMark{},
 		pendingStrong: map[OpID]int{},
 		reads:         map[uint64]*pendingRead{},
+		readBatches:   map[uint64]*readBatch{},
 	}
 	r.incarnation = cfg.Rand.Uint64()
 	// Recovery: the snapshot in storage is the starting point; then the

@@ -68,10 +68,35 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 		return nil
 	}
 	r.nextRead++
-	pr := &pendingRead{req: cr, tentative: res, sent: sent, askedAt: r.ticks}
-	r.reads[r.nextRead] = pr
-	r.node.ReadIndex(readCtx(r.incarnation, r.nextRead))
+	r.reads[r.nextRead] = &pendingRead{req: cr, tentative: res, sent: sent}
+	r.unasked = append(r.unasked, r.nextRead)
 	return nil
+}
+
+// askReads asks raft for one read index for every strong read submitted
+// since the last Ready.
+func (r *Replica) askReads() {
+	if len(r.unasked) == 0 {
+		return
+	}
+	r.nextBatch++
+	r.readBatches[r.nextBatch] = &readBatch{ids: r.unasked, askedAt: r.ticks}
+	r.unasked = nil
+	r.node.ReadIndex(readCtx(r.incarnation, r.nextBatch))
+}
+
+// readIndexKnown records the read index raft returned for a batch.
+func (r *Replica) readIndexKnown(batch, index uint64) {
+	b, ok := r.readBatches[batch]
+	if !ok {
+		return // answered already (a retry's duplicate), or another incarnation's
+	}
+	delete(r.readBatches, batch)
+	for _, id := range b.ids {
+		if pr, ok := r.reads[id]; ok && pr.index == 0 {
+			pr.index = max(index, 1)
+		}
+	}
 }
 
 func (r *Replica) execRead(op state.Op) state.Result {

@@ -31,10 +31,9 @@ func (r *Replica) Tick() {
 			}
 		}
 	}
-	for _, id := range sortedKeys(r.reads) {
-		pr := r.reads[id]
-		if pr.index == 0 && r.ticks-pr.askedAt >= r.cfg.RetryTicks {
-			pr.askedAt = r.ticks
+	for _, id := range sortedKeys(r.readBatches) {
+		if b := r.readBatches[id]; r.ticks-b.askedAt >= r.cfg.RetryTicks {
+			b.askedAt = r.ticks
 			r.node.ReadIndex(readCtx(r.incarnation, id))
 		}
 	}
@@ -74,11 +73,9 @@ func (r *Replica) checkLeader() {
 			r.propose(q)
 		}
 	}
-	for _, id := range sortedKeys(r.reads) {
-		if pr := r.reads[id]; pr.index == 0 {
-			pr.askedAt = r.ticks
-			r.node.ReadIndex(readCtx(r.incarnation, id))
-		}
+	for _, id := range sortedKeys(r.readBatches) {
+		r.readBatches[id].askedAt = r.ticks
+		r.node.ReadIndex(readCtx(r.incarnation, id))
 	}
 }
 
