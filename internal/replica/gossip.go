@@ -38,6 +38,27 @@ func (r *Replica) Step(m Message) error {
 	return fmt.Errorf("replica: unknown message type %d from %d", m.Type, m.From)
 }
 
+// gossipNew sends every peer, in one message per MaxOpsPerMsg operations,
+// the own operations accepted since the last Ready (the eager push of
+// reliable broadcast; anti-entropy repairs what is lost).
+func (r *Replica) gossipNew() {
+	if len(r.newOwn) == 0 {
+		return
+	}
+	for _, chunk := range r.chunks(r.newOwn) {
+		for len(chunk) > 0 {
+			n := min(len(chunk), r.cfg.MaxOpsPerMsg)
+			for _, p := range r.cfg.Peers {
+				if p != r.cfg.ID {
+					r.send(Message{Type: MsgOps, To: p, Ops: chunk[:n]})
+				}
+			}
+			chunk = chunk[n:]
+		}
+	}
+	r.newOwn = nil
+}
+
 // answerSync sends a peer the operations its VV lacks, and learns its clock.
 func (r *Replica) answerSync(m Message) {
 	if r.vv.Covers(VV{m.From: m.VV[m.From]}) && m.Clock > r.lastTS[m.From] {

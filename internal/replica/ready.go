@@ -17,6 +17,7 @@ func (r *Replica) HasReady() bool {
 // entries are applied here: raft hands out only entries already durable.
 func (r *Replica) Ready() (Ready, error) {
 	r.askReads()
+	r.gossipNew()
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
 		defer r.checkLeader()

@@ -232,6 +232,7 @@ type Replica struct {
 	reads         map[uint64]*pendingRead
 	nextRead      uint64
 	unasked       []uint64              // reads not in a batch yet
+	newOwn        []*Req                // own operations not gossiped yet
 	readBatches   map[uint64]*readBatch // by ReadIndex context id
 	nextBatch     uint64
 	lastNoop      int

@@ -36,11 +36,7 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	if cr.Want&WantStable != 0 {
 		r.waiting[req.ID] = w
 	}
-	for _, p := range r.cfg.Peers {
-		if p != r.cfg.ID {
-			r.send(Message{Type: MsgOps, To: p, Ops: []*Req{req}})
-		}
-	}
+	r.newOwn = append(r.newOwn, req) // gossiped at the next Ready, batched
 	if cr.Strong {
 		r.pendingStrong[req.ID] = r.ticks
 		r.propose(req)
