@@ -15,10 +15,11 @@ import (
 // stable view of strong operations and of weak writes, the tentative view
 // of weak reads.
 type client struct {
-	id     uint64
-	home   uint64
-	left   int
-	seq    uint64
+	id   uint64
+	home uint64
+	left int
+	seq  uint64
+	// done: the client issued all its operations.
 	done   bool
 	active *call
 	// handles of every request, by seq, so that late views are recorded.
@@ -77,7 +78,12 @@ func (c *Cluster) next(cl *client) {
 		c.At(50*time.Millisecond, func() { c.next(cl) })
 		return
 	}
-	cl.left--
+	// The workload phase ends once every client issued its last
+	// operation, so the last ones are still in flight when the faults heal
+	// (the liveness check then bounds how long they take).
+	if cl.left--; cl.left == 0 {
+		cl.done = true
+	}
 	ca := &call{seq: cl.seq, node: target.ID, crashes: target.crashes, strong: strong, read: op.ReadOnly()}
 	c.calls = append(c.calls, ca)
 	ca.h = c.rec.Invoke(int(cl.id), op, strong)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // mutationSeeds bounds the search for seeds that catch a mutation.
@@ -74,5 +75,17 @@ func TestNoSyncWithoutCrashesPasses(t *testing.T) {
 		if res := Run(o); res.Err != nil {
 			t.Errorf("seed %d (mix %s) without crashes: %v", s, mixOf(s), res.Err)
 		}
+	}
+}
+
+// TestLivenessCheckFires: with a bound of a nanosecond, an operation still
+// in flight when the faults heal cannot get its view in time, and the
+// liveness check says so.
+func TestLivenessCheckFires(t *testing.T) {
+	o := seedOptions(1)
+	o.Liveness = time.Nanosecond
+	res := Run(o)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "liveness: record") {
+		t.Fatalf("want a liveness failure, got %v", res.Err)
 	}
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 )
 
-// reviewMix returns a harsher fault mix than TestSimulation's, by name.
+// reviewMix returns a harsher fault mix than faulty's, by name. Every mix
+// runs in TestSimulation (seed mod 5 picks it); TestReviewMix runs one mix
+// over many seeds.
 func reviewMix(name string, seed uint64) Options {
 	replicas := 3
 	if seed%2 == 1 {
@@ -50,8 +52,8 @@ func reviewMix(name string, seed uint64) Options {
 }
 
 // TestReviewMix runs CORRECTABLES_REVIEW_SEEDS seeds (from
-// CORRECTABLES_REVIEW_FROM) of the mix CORRECTABLES_REVIEW_MIX. Long: only
-// on demand.
+// CORRECTABLES_REVIEW_FROM) of the mix CORRECTABLES_REVIEW_MIX, all with
+// that one mix. Long: only on demand.
 func TestReviewMix(t *testing.T) {
 	mix := os.Getenv("CORRECTABLES_REVIEW_MIX")
 	if mix == "" {

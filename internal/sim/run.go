@@ -258,16 +258,19 @@ func (c *Cluster) checkFinalDelivered(records []history.Record) error {
 
 // checkLiveness: once the faults healed, every operation still waiting got
 // the view it waits for (the stable one, or the tentative one of a weak
-// read) within Options.Liveness, unless its replica crashed after it was
-// submitted (then the client lost its connection and the outcome).
+// read) within Options.Liveness of the heal (or of its invocation, if
+// later), unless its replica crashed after it was submitted (then the
+// client lost its connection and the outcome). The heal is the end of the
+// workload phase, or the last fault a hook injected after it.
 func (c *Cluster) checkLiveness(records []history.Record) error {
-	deadline := c.healAt + int64(c.opt.Liveness)
+	heal := max(c.healAt, c.lastFault)
 	var errs []error
 	for _, ca := range c.calls {
 		if c.Node(ca.node).crashes != ca.crashes {
 			continue
 		}
 		rec := records[ca.h.Index()]
+		deadline := max(heal, rec.Invoke) + int64(c.opt.Liveness)
 		weakRead := ca.read && !ca.strong
 		at := int64(-1)
 		for _, v := range rec.Views {
@@ -279,10 +282,10 @@ func (c *Cluster) checkLiveness(records []history.Record) error {
 		if at < 0 || at > deadline {
 			got := "none"
 			if at >= 0 {
-				got = fmt.Sprintf("at %v, %v after the heal", time.Duration(at), time.Duration(at-c.healAt))
+				got = fmt.Sprintf("at %v, %v after the heal", time.Duration(at), time.Duration(at-heal))
 			}
 			errs = append(errs, fmt.Errorf("record %d (%v at replica %d, invoked at %v): the view it waits for did not arrive within %v of the heal at %v (got: %s)",
-				ca.h.Index(), rec.Op.Kind, ca.node, time.Duration(rec.Invoke), c.opt.Liveness, time.Duration(c.healAt), got))
+				ca.h.Index(), rec.Op.Kind, ca.node, time.Duration(rec.Invoke), c.opt.Liveness, time.Duration(heal), got))
 		}
 	}
 	return errors.Join(errs...)

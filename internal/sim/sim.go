@@ -62,7 +62,7 @@ type Options struct {
 	Quiet time.Duration
 	// Liveness bounds how long after the heal (the end of the workload
 	// phase: partitions healed, crashed replicas restarted) every pending
-	// operation may take to get the view it waits for. Default 3s; it must
+	// operation may take to get the view it waits for. Default 2s; it must
 	// not exceed Quiet.
 	Liveness time.Duration
 	// Workload picks each operation; default Mixed.
@@ -104,7 +104,7 @@ func (o *Options) defaults() {
 	defd(&o.MaxDelay, 20*time.Millisecond)
 	defd(&o.ClientTimeout, 3*time.Second)
 	defd(&o.Quiet, 5*time.Second)
-	defd(&o.Liveness, 3*time.Second)
+	defd(&o.Liveness, 2*time.Second)
 	if o.SnapshotEntries == 0 {
 		o.SnapshotEntries = -1
 	}
@@ -177,8 +177,11 @@ type Cluster struct {
 	// hazard tests use it to cut gossip but not raft, for example).
 	Filter func(m replica.Message) bool
 
-	// healAt is the virtual time the faults healed, -1 before.
-	healAt int64
+	// healAt is the virtual time the faults healed, -1 before. lastFault
+	// is the last time the network or a node changed (a partition or its
+	// heal, a crash, a restart, a message dropped by Filter): hooks may
+	// inject faults after healAt, and liveness counts from the later.
+	healAt, lastFault int64
 	// tailCache is the storage's tail cache size (entries), drawn per run:
 	// with it off, every log read goes to Pebble.
 	tailCache int
@@ -342,6 +345,7 @@ func (c *Cluster) send(m replica.Message) {
 	c.Messages++
 	link := [2]uint64{m.From, m.To}
 	if c.cut[link] || (c.Filter != nil && c.Filter(m)) {
+		c.lastFault = c.now
 		c.Dropped++
 		return
 	}
@@ -392,6 +396,7 @@ func (c *Cluster) linkDelay(a, b uint64) time.Duration {
 
 // Partition cuts the links between group a and everyone else.
 func (c *Cluster) Partition(a []uint64) {
+	c.lastFault = c.now
 	for _, x := range a {
 		for _, y := range c.ids {
 			if !slices.Contains(a, y) {
@@ -403,7 +408,10 @@ func (c *Cluster) Partition(a []uint64) {
 }
 
 // HealAll removes every partition.
-func (c *Cluster) HealAll() { clear(c.cut) }
+func (c *Cluster) HealAll() {
+	c.lastFault = c.now
+	clear(c.cut)
+}
 
 // Crash stops a node. Its filesystem becomes a crash clone of itself: on a
 // power loss (half the crashes, drawn from the seed; every crash with the
@@ -419,6 +427,7 @@ func (c *Cluster) Crash(id uint64) {
 	if n.Rep == nil {
 		return
 	}
+	c.lastFault = c.now
 	keep := 100
 	if c.opt.noSync || c.rng.IntN(2) == 0 {
 		keep = 0
@@ -439,6 +448,7 @@ func (c *Cluster) Restart(id uint64) {
 	if n.Rep != nil {
 		return
 	}
+	c.lastFault = c.now
 	if err := c.start(n); err != nil {
 		c.fail(err)
 	}
