@@ -89,7 +89,7 @@ func (c *Cluster) next(cl *client) {
 	ca.h = c.rec.Invoke(int(cl.id), op, strong)
 	cl.active = ca
 	cl.handles[cl.seq] = ca.h
-	c.pump(target)
+	c.kick(target)
 	c.At(c.opt.ClientTimeout, func() {
 		if cl.active == ca && !ca.closed {
 			// Gave up: the record stays without a final view.

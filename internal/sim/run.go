@@ -71,10 +71,12 @@ func (c *Cluster) Run() Result {
 		if quietUntil < 0 && workloadDone() {
 			// Heal everything and let the cluster settle without faults.
 			c.faulty = false
-			c.HealAll()
-			for _, n := range c.Nodes {
-				c.Restart(n.ID)
-			}
+			c.do(func() {
+				c.HealAll()
+				for _, n := range c.Nodes {
+					c.Restart(n.ID)
+				}
+			})
 			c.healAt = c.now
 			quietUntil = c.now + int64(c.opt.Quiet)
 		}
@@ -132,7 +134,7 @@ func (c *Cluster) scheduleTicks(n *Node) {
 	tick = func() {
 		if n.Rep != nil {
 			n.Rep.Tick()
-			c.pump(n)
+			c.kick(n)
 		}
 		c.At(c.opt.Tick, tick)
 	}

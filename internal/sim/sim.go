@@ -67,6 +67,12 @@ type Options struct {
 	Liveness time.Duration
 	// Workload picks each operation; default Mixed.
 	Workload func(r *rand.Rand, keys int) state.Op
+	// GroupCommit, if set, defers the handling of a replica's Ready after
+	// a step, tick or submission by a random delay up to this much, so
+	// that the inputs arriving meanwhile share one Ready and one sync, as
+	// in the server's loop (which takes every queued input before one
+	// Ready). Zero handles the Ready after every input.
+	GroupCommit time.Duration
 	// SnapshotEntries is passed to the replicas (see replica.Config);
 	// small values exercise snapshots and catch-up. Default: off (-1).
 	SnapshotEntries int
@@ -153,6 +159,8 @@ type Node struct {
 	crashes int
 	// powerLosses counts the crashes that kept only synced data.
 	powerLosses int
+	// kicked: a deferred handling of the Ready is scheduled (GroupCommit).
+	kicked bool
 }
 
 // Cluster is one simulation run.
@@ -339,6 +347,28 @@ func (c *Cluster) pump(n *Node) {
 	}
 }
 
+// kick has the node's Ready handled after an input: at once, or with
+// Options.GroupCommit after a random short delay, together with whatever
+// inputs arrive meanwhile.
+func (c *Cluster) kick(n *Node) {
+	if c.opt.GroupCommit <= 0 {
+		c.pump(n)
+		return
+	}
+	if n.kicked || n.drv == nil {
+		return
+	}
+	n.kicked = true
+	drv := n.drv
+	c.At(time.Duration(1+c.rng.Int64N(int64(c.opt.GroupCommit))), func() {
+		if n.drv != drv {
+			return // crashed meanwhile; the inputs are lost with it
+		}
+		n.kicked = false
+		c.pump(n)
+	})
+}
+
 // send puts a message on the simulated network. It is encoded and decoded
 // as on a real wire, so no memory is shared between replicas.
 func (c *Cluster) send(m replica.Message) {
@@ -384,7 +414,7 @@ func (c *Cluster) send(m replica.Message) {
 			// A replica rejects bad messages with an error and carries on,
 			// as the server does; raft's own refusals are not faults.
 			_ = dst.Rep.Step(msg)
-			c.pump(dst)
+			c.kick(dst)
 		})
 	}
 }
@@ -438,7 +468,7 @@ func (c *Cluster) Crash(id uint64) {
 	// background work happened to leave.
 	n.fs = n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rand.New(rand.NewPCG(1, 2))})
 	_ = n.store.Close()
-	n.Rep, n.store, n.drv = nil, nil, nil
+	n.Rep, n.store, n.drv, n.kicked = nil, nil, nil, false
 	n.crashes++
 }
 

@@ -46,12 +46,30 @@ var mixes = []string{"faulty", "snap5", "skew1s", "onekey", "kvmany"}
 
 func mixOf(seed uint64) string { return mixes[seed%uint64(len(mixes))] }
 
-// seedOptions is the run of a seed: its mix, with the seed.
+// seedOptions is the run of a seed: its mix, with the seed. In half the
+// seeds of every mix (seed/5 odd) inputs share Readies as in the server's
+// loop (Options.GroupCommit).
 func seedOptions(seed uint64) Options {
+	var o Options
 	if m := mixOf(seed); m != "faulty" {
-		return reviewMix(m, seed)
+		o = reviewMix(m, seed)
+	} else {
+		o = faulty(seed)
 	}
-	return faulty(seed)
+	if (seed/uint64(len(mixes)))%2 == 1 {
+		o.GroupCommit = 3 * time.Millisecond
+	}
+	return o
+}
+
+// describe names a seed's run for messages.
+func describe(seed uint64) string {
+	o := seedOptions(seed)
+	gc := ""
+	if o.GroupCommit > 0 {
+		gc = ", group commit"
+	}
+	return fmt.Sprintf("mix %s, %d replicas%s", mixOf(seed), o.Replicas, gc)
 }
 
 // faulty is the base fault mix: 3 or 5 replicas, drops, duplicates,
@@ -141,7 +159,7 @@ func TestSimulation(t *testing.T) {
 	t.Logf("sim: %d fixed seeds (1..%d) and fresh seeds %v; mixes %v by seed mod %d", len(seeds), len(seeds), fresh, mixes, len(mixes))
 	seeds = append(seeds, fresh...)
 	failed := runSeeds(t, seeds, seedOptions, func(seed uint64, res Result) {
-		t.Errorf("sim: seed %d failed (mix %s, %d replicas): %v\n(replay: %s)", seed, mixOf(seed), seedOptions(seed).Replicas, res.Err, replay(seed))
+		t.Errorf("sim: seed %d failed (%s): %v\n(replay: %s)", seed, describe(seed), res.Err, replay(seed))
 	})
 	if len(failed) > 0 {
 		t.Logf("sim: %d of %d seeds failed: %v", len(failed), len(seeds), failed)
@@ -160,9 +178,9 @@ func TestSeed(t *testing.T) {
 
 func runOne(t *testing.T, seed uint64) {
 	res := Run(seedOptions(seed))
-	t.Logf("seed %d mix %s: records=%d committed=%d msgs=%d dropped=%d crashes=%d snapshots=%d stats=%+v", seed, mixOf(seed), len(res.Records), len(res.Committed), res.Messages, res.Dropped, res.Crashes, res.Snapshots, res.Stats)
+	t.Logf("seed %d (%s): records=%d committed=%d msgs=%d dropped=%d crashes=%d (power losses %d) snapshots=%d stats=%+v", seed, describe(seed), len(res.Records), len(res.Committed), res.Messages, res.Dropped, res.Crashes, res.PowerLosses, res.Snapshots, res.Stats)
 	if res.Err != nil {
-		t.Fatalf("sim: seed %d failed (mix %s): %v\n(replay: %s)", seed, mixOf(seed), res.Err, replay(seed))
+		t.Fatalf("sim: seed %d failed (%s): %v\n(replay: %s)", seed, describe(seed), res.Err, replay(seed))
 	}
 }
 
@@ -196,7 +214,7 @@ func TestDeterministic(t *testing.T) {
 		}
 	}()
 	for _, seed := range []uint64{15, 6, 22, 3, 4} {
-		t.Run(fmt.Sprintf("seed%d_%s", seed, mixOf(seed)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("seed%d_%s_gc%v", seed, mixOf(seed), seedOptions(seed).GroupCommit > 0), func(t *testing.T) {
 			var runs [3]Result
 			var wg sync.WaitGroup
 			for i := range 2 {
