@@ -155,6 +155,7 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 	// below them can be rolled back any more, so their undo records go.
 	drop := 0
 	for drop < len(r.tentative) && r.tentative[drop].committed {
+		r.keys.dropBottom(r.tentative[drop].req)
 		drop++
 	}
 	r.tentative = slices.Delete(r.tentative, 0, drop)

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/correctables/correctables/internal/state"
@@ -62,12 +63,7 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	// operation this replica accepts, and gossip in timestamp order), goes
 	// on top without a scan: latest bounds the tentative ones from above.
 	if r.ntent > 0 && (r.latest == nil || compareReq(r.latest, req) > 0) {
-		for i, e := range r.tentative {
-			if before(e, x) > 0 && conflicts(e.req, req) {
-				c = i
-				break
-			}
-		}
+		c = r.firstConflictAfter(x)
 	}
 	r.reexec(append(r.rollbackTo(c), x))
 	if n := r.TentativeLen(); n > r.stats.TentativeMaxDepth {
@@ -81,12 +77,96 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	panic("replica: received operation not executed") // unreachable: it is in rest
 }
 
+// firstConflictAfter returns the lowest stack position of an operation
+// that conflicts with x and is ordered after it (len(tentative) if none).
+// Operations that touch one key are executed in their logical order (the
+// stack's invariant), so for each key of x those after it are the top of
+// that key's positions: the walk stops at the first one before x.
+func (r *Replica) firstConflictAfter(x executed) int {
+	fp := x.req.footprint()
+	c := len(r.tentative)
+	if r.keys.wild > 0 || slices.Contains(fp, "*") {
+		for i, e := range r.tentative {
+			if before(e, x) > 0 && conflicts(e.req, x.req) {
+				return i
+			}
+		}
+		return c
+	}
+	for _, k := range fp {
+		ps := r.keys.pos[k]
+		for j := len(ps) - 1; j >= 0; j-- {
+			i := ps[j] - r.keys.base
+			if before(r.tentative[i], x) <= 0 {
+				break
+			}
+			c = min(c, i)
+		}
+	}
+	return c
+}
+
+// keyIndex maps every key touched by an operation of the stack to the
+// positions of those operations, bottom first. Positions are absolute
+// (base plus the index in the stack), so that dropping the bottom of the
+// stack does not renumber them.
+type keyIndex struct {
+	base int
+	pos  map[string][]int
+	wild int // operations in the stack whose footprint is "*"
+}
+
+func (x *keyIndex) reset() { *x = keyIndex{pos: map[string][]int{}} }
+
+// push records the operation just put on top, at index i.
+func (x *keyIndex) push(q *Req, i int) {
+	for _, k := range q.footprint() {
+		if k == "*" {
+			x.wild++
+			continue
+		}
+		x.pos[k] = append(x.pos[k], x.base+i)
+	}
+}
+
+// pop forgets the operation on top of the stack.
+func (x *keyIndex) pop(q *Req) {
+	for _, k := range q.footprint() {
+		if k == "*" {
+			x.wild--
+			continue
+		}
+		if ps := x.pos[k]; len(ps) <= 1 {
+			delete(x.pos, k)
+		} else {
+			x.pos[k] = ps[:len(ps)-1]
+		}
+	}
+}
+
+// dropBottom forgets the operation at the bottom of the stack.
+func (x *keyIndex) dropBottom(q *Req) {
+	for _, k := range q.footprint() {
+		if k == "*" {
+			x.wild--
+			continue
+		}
+		if ps := x.pos[k]; len(ps) <= 1 {
+			delete(x.pos, k)
+		} else {
+			x.pos[k] = ps[1:]
+		}
+	}
+	x.base++
+}
+
 // rollbackTo undoes the stack from pos on, latest first, and returns what
 // it undid, bottom first.
 func (r *Replica) rollbackTo(pos int) []executed {
 	for i := len(r.tentative) - 1; i >= pos; i-- {
 		r.st.Revert(r.tentative[i].undo)
 		r.stats.Rollbacks++
+		r.keys.pop(r.tentative[i].req)
 		if !r.tentative[i].committed {
 			r.ntent--
 		}
@@ -105,6 +185,7 @@ func (r *Replica) reexec(es []executed) {
 		res, undo := r.st.Apply(e.req.Op)
 		r.stats.Executions++
 		e.result, e.undo = res, undo
+		r.keys.push(e.req, len(r.tentative))
 		r.tentative = append(r.tentative, e)
 		if !e.committed {
 			r.ntent++
@@ -146,6 +227,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 	}
 	for _, e := range rest {
 		e.result, e.undo = r.st.Apply(e.req.Op)
+		r.keys.push(e.req, len(r.tentative))
 		r.tentative = append(r.tentative, e)
 	}
 	r.stats, r.ntent = saved, ntent
@@ -164,4 +246,42 @@ func conflicts(a, b *Req) bool {
 		}
 	}
 	return false
+}
+
+// CheckInvariants verifies the execution stack against its bookkeeping: the
+// count of tentative operations, the bound latest, the key index, and that
+// every pair of conflicting operations is executed in the logical order
+// (which is what makes every result the one that order gives). Quadratic in
+// the stack: for tests and the simulation, not for production paths.
+func (r *Replica) CheckInvariants() error {
+	n := 0
+	want := keyIndex{}
+	want.reset()
+	want.base = r.keys.base
+	for i, e := range r.tentative {
+		if !e.committed {
+			n++
+			if r.latest == nil || compareReq(e.req, r.latest) > 0 {
+				return fmt.Errorf("replica %d: tentative %v after latest %v", r.cfg.ID, e.req.ID, r.latest)
+			}
+		}
+		want.push(e.req, i)
+		for _, y := range r.tentative[i+1:] {
+			if before(y, e) < 0 && conflicts(e.req, y.req) {
+				return fmt.Errorf("replica %d: %v executed before %v, which conflicts with it and precedes it", r.cfg.ID, e.req.ID, y.req.ID)
+			}
+		}
+	}
+	if n != r.ntent {
+		return fmt.Errorf("replica %d: %d tentative operations, counted %d", r.cfg.ID, n, r.ntent)
+	}
+	if want.wild != r.keys.wild || len(want.pos) != len(r.keys.pos) {
+		return fmt.Errorf("replica %d: key index has %d keys, %d wildcards; the stack %d, %d", r.cfg.ID, len(r.keys.pos), r.keys.wild, len(want.pos), want.wild)
+	}
+	for k, ps := range want.pos {
+		if !slices.Equal(ps, r.keys.pos[k]) {
+			return fmt.Errorf("replica %d: key %q at %v in the index, at %v in the stack", r.cfg.ID, k, r.keys.pos[k], ps)
+		}
+	}
+	return nil
 }

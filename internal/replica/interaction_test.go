@@ -390,6 +390,9 @@ func (e *interactionEnv) processReady(t *testing.T, n *interactionNode, b *strin
 			t.Fatalf("replica %d: Ready does not drain", n.id)
 		}
 		rd, err := n.rep.Ready()
+		if err := n.rep.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
 		fmt.Fprintf(b, "> %d handling Ready\n", n.id)
 		if err != nil {
 			fmt.Fprintf(b, "  error: %v\n", err)

@@ -74,6 +74,9 @@ func (s *single) drive() {
 			}
 		}
 		s.r.Advance(rd)
+		if err := s.r.CheckInvariants(); err != nil {
+			s.t.Fatal(err)
+		}
 	}
 }
 

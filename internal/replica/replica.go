@@ -195,6 +195,7 @@ type Replica struct {
 	st        *state.State
 	tentative []executed
 	ntent     int // entries of tentative not committed
+	keys      keyIndex
 	// latest is at or after, in (TS, ID) order, every operation of
 	// tentative that is not committed (nil: none).
 	latest    *Req
@@ -272,6 +273,7 @@ func New(cfg Config) (*Replica, error) {
 		reads:         map[uint64]*pendingRead{},
 		readBatches:   map[uint64]*readBatch{},
 	}
+	r.keys.reset()
 	r.incarnation = cfg.Rand.Uint64()
 	// Recovery: the snapshot in storage is the starting point; then the
 	// log entries known committed (up to the durable commit index) are

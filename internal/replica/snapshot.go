@@ -244,6 +244,7 @@ func (r *Replica) installSnapshot(sc *snapshotContents, cs *raftpb.ConfState) []
 		}
 	}
 	r.tentative, r.ntent, r.latest = nil, 0, nil
+	r.keys.reset()
 	r.st = sc.st
 	r.applied = sc.applied
 	r.snapIndex = sc.applied
