@@ -56,6 +56,12 @@ var (
 	// ErrServer: the server failed (gRPC Internal, Unknown, DataLoss and any
 	// code not listed here).
 	ErrServer = errors.New("client: server error")
+	// ErrResultLost: the operation committed, but the replica cannot tell
+	// its final result: it lagged behind a snapshot while the operation
+	// committed, and the result was large and differed from the
+	// preliminary one. Do not retry an update on it: it took effect; read
+	// the key to learn the outcome.
+	ErrResultLost = errors.New("client: operation committed, final result not retained")
 	// ErrProtocol: the server's reply stream broke the view protocol (a
 	// confirmation without a preliminary view, a view without a result, a
 	// view at a level not requested, or a stream that ended without its
@@ -130,6 +136,7 @@ var statusErrs = map[codes.Code]error{
 	codes.ResourceExhausted: ErrOverloaded,
 	codes.Unavailable:       ErrUnavailable,
 	codes.Unimplemented:     ErrUnimplemented,
+	codes.DataLoss:          ErrResultLost,
 	codes.Canceled:          context.Canceled,
 	codes.DeadlineExceeded:  context.DeadlineExceeded,
 }

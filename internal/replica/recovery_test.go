@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -196,5 +197,55 @@ func TestStrongReadsShareOneReadIndex(t *testing.T) {
 	}
 	if got := s.r.nextBatch - batches; got != 1 {
 		t.Fatalf("%d ReadIndex requests for %d reads submitted together; want 1", got, n)
+	}
+}
+
+// The results kept for snapshots stay small whatever the values: a result
+// over maxKeptResult is kept as a digest. A lagging origin still answers a
+// waiting client exactly when the digest matches its tentative result, and
+// says the result is lost (never a wrong one) when it does not.
+func TestLargeResultsKeptAsDigests(t *testing.T) {
+	s := newSingle(t, -1)
+	big := func(b byte) state.Result {
+		return state.Result{Found: true, Value: bytes.Repeat([]byte{b}, 64<<10)}
+	}
+	for i := uint64(1); i <= 3000; i++ {
+		s.r.rememberResult(OpID{2, i}, big(byte(i)))
+	}
+	kept := 0
+	for _, cr := range s.r.results[2] {
+		kept += resultSize(cr.res) + len(cr.digest)
+	}
+	if limit := 2 * s.r.cfg.MaxTentative * (maxKeptResult + 64); kept > limit {
+		t.Fatalf("results of 3000 64 KiB puts keep %d bytes; want at most %d", kept, limit)
+	}
+	// Through a snapshot's encoding and back.
+	s.r.confState = &raftpb.ConfState{Voters: []uint64{1}}
+	data, err := s.r.snapshotData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(s.r.applied), ConfState: s.r.confState}}
+	sc, err := s.r.decodeSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.r.results = sc.results
+	s.r.committedVV[2] = 3000
+	s.r.waiting[OpID{2, 2999}] = &waiter{client: 7, seq: 1, tentative: big(byte(2999 % 256)), sent: true}
+	s.r.waiting[OpID{2, 3000}] = &waiter{client: 7, seq: 2, tentative: big(0xee), sent: true}
+	s.r.out.Views = nil
+	if err := s.r.answerFromSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.r.out.Views) != 2 {
+		t.Fatalf("%d views, want 2", len(s.r.out.Views))
+	}
+	match, diff := s.r.out.Views[0], s.r.out.Views[1]
+	if match.Lost || !match.Confirmed || !match.Result.Equal(big(byte(2999%256))) || !match.Last {
+		t.Fatalf("matching digest: view %+v, want the tentative result, confirmed", match)
+	}
+	if !diff.Lost || !diff.Last || diff.Result.Value != nil {
+		t.Fatalf("differing digest: view %+v, want Lost without a result", diff)
 	}
 }

@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -23,8 +25,15 @@ type SnapshotRequest struct {
 	OwnCommitted uint64
 }
 
-// snapshotVersion 2 added the clock reading.
-const snapshotVersion = 2
+// snapshotVersion 2 added the clock reading; 3 keeps large results as
+// digests. Version 2 snapshots still restore.
+const snapshotVersion = 3
+
+// maxKeptResult bounds the encoded size of a stable result kept whole for
+// snapshots; a larger one (a put that replaced a large value) is kept as
+// its SHA-256 digest, so that the results kept stay small whatever the
+// values (up to 2*MaxTentative per origin).
+const maxKeptResult = 4 << 10
 
 // Least encoded sizes in a snapshot, which bound what a claimed count can
 // be: an origin's results (origin, count), one result (seq, length, and
@@ -69,6 +78,12 @@ func (r *Replica) snapshotData() ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(rs)))
 		for _, e := range rs {
 			b = binary.AppendUvarint(b, e.seq)
+			if e.digest != nil {
+				b = append(b, 1)
+				b = append(b, e.digest...)
+				continue
+			}
+			b = append(b, 0)
 			enc := state.EncodeResult(e.res)
 			b = binary.AppendUvarint(b, uint64(len(enc)))
 			b = append(b, enc...)
@@ -86,25 +101,42 @@ func (r *Replica) snapshotData() ([]byte, error) {
 type committedResult struct {
 	seq uint64
 	res state.Result
+	// digest, if set, replaces res: the SHA-256 of the encoded result,
+	// which was over maxKeptResult.
+	digest []byte
 }
 
 func (r *Replica) rememberResult(id OpID, res state.Result) {
-	rs := append(r.results[id.Origin], committedResult{id.Seq, res})
+	cr := committedResult{seq: id.Seq, res: res}
+	if resultSize(res) > maxKeptResult {
+		sum := sha256.Sum256(state.EncodeResult(res))
+		cr = committedResult{seq: id.Seq, digest: sum[:]}
+	}
+	rs := append(r.results[id.Origin], cr)
 	if len(rs) > 2*r.cfg.MaxTentative {
 		rs = slices.Clone(rs[len(rs)-r.cfg.MaxTentative:])
 	}
 	r.results[id.Origin] = rs
 }
 
-func (r *Replica) lookupResult(id OpID) (state.Result, bool) {
+// resultSize bounds a result's encoded size from its variable parts.
+func resultSize(res state.Result) int {
+	n := 32 + len(res.Value)
+	for _, it := range res.Items {
+		n += 8 + len(it.Key) + len(it.Value)
+	}
+	return n
+}
+
+func (r *Replica) lookupResult(id OpID) (committedResult, bool) {
 	rs := r.results[id.Origin]
 	i, ok := slices.BinarySearchFunc(rs, id.Seq, func(e committedResult, s uint64) int {
 		return int(int64(e.seq) - int64(s))
 	})
 	if !ok {
-		return state.Result{}, false
+		return committedResult{}, false
 	}
-	return rs[i].res, true
+	return rs[i], true
 }
 
 // snapshotDue reports whether a snapshot is due: something was applied
@@ -188,8 +220,9 @@ type snapshotContents struct {
 // decodeSnapshot decodes and checks what snapshotData encoded.
 func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, error) {
 	d := decoder{b: snap.GetData()}
-	if v := d.byte(); d.err == nil && v != snapshotVersion {
-		return nil, fmt.Errorf("%w: snapshot version %d", ErrCorrupt, v)
+	version := d.byte()
+	if d.err == nil && version != snapshotVersion && version != 2 {
+		return nil, fmt.Errorf("%w: snapshot version %d", ErrCorrupt, version)
 	}
 	applied := d.uvarint()
 	clock := d.uvarint()
@@ -207,6 +240,15 @@ func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, erro
 		o := d.uvarint()
 		for k := d.count(minResultBytes); k > 0 && d.err == nil; k-- {
 			seq := d.uvarint()
+			if version >= 3 && d.byte() == 1 {
+				if len(d.b) < sha256.Size {
+					d.fail("short result digest")
+					break
+				}
+				results[o] = append(results[o], committedResult{seq: seq, digest: bytes.Clone(d.b[:sha256.Size])})
+				d.b = d.b[sha256.Size:]
+				continue
+			}
 			n := d.count(1)
 			if d.err != nil {
 				break
@@ -216,7 +258,7 @@ func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, erro
 				return nil, fmt.Errorf("replica: snapshot result: %w", err)
 			}
 			d.b = d.b[n:]
-			results[o] = append(results[o], committedResult{seq, res})
+			results[o] = append(results[o], committedResult{seq: seq, res: res})
 		}
 	}
 	sz := d.count(1)
@@ -301,9 +343,21 @@ func (r *Replica) answerFromSnapshot() error {
 		}
 		w := r.waiting[id]
 		delete(r.waiting, id)
-		res, ok := r.lookupResult(id)
+		cr, ok := r.lookupResult(id)
 		if !ok {
 			return fmt.Errorf("replica: snapshot at %d lacks the result of waiting operation %v", r.applied, id)
+		}
+		res := cr.res
+		if cr.digest != nil {
+			// A large result kept as its digest: the tentative result is
+			// the stable one if the digests match (the common case); if
+			// not, the stable result is not known here.
+			sum := sha256.Sum256(state.EncodeResult(w.tentative))
+			if !bytes.Equal(sum[:], cr.digest) {
+				r.emit(View{Client: w.client, Seq: w.seq, ID: id, Stable: true, Last: true, Lost: true})
+				continue
+			}
+			res = w.tentative
 		}
 		r.emit(View{Client: w.client, Seq: w.seq, ID: id, Result: res, Stable: true,
 			Confirmed: w.sent && res.Equal(w.tentative), Last: true})

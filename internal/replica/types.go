@@ -171,7 +171,11 @@ type View struct {
 	Confirmed bool
 	// Last marks the last view of the request: a request gets at most two
 	// views (tentative, then stable), and nothing after the one marked Last.
-	Last  bool
+	Last bool
+	// Lost marks a stable view without a result: the operation committed
+	// while this replica lagged behind a snapshot, its result was large (so
+	// kept only as a digest) and differs from the tentative one.
+	Lost  bool
 	Stamp Stamp
 }
 

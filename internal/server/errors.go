@@ -19,6 +19,10 @@ var (
 	ErrOverloaded = errors.New("server: too many requests in flight")
 	// ErrStopped: the server is shutting down.
 	ErrStopped = errors.New("server: stopped")
+	// ErrResultLost: the operation committed, but its stable result was not
+	// retained across the snapshot that caught this replica up (see
+	// replica.View.Lost).
+	ErrResultLost = errors.New("server: operation committed; its final result was not retained across a snapshot")
 )
 
 // statusTable maps server errors to gRPC codes: the one place where that
@@ -32,6 +36,7 @@ var statusTable = []struct {
 	{ErrOverloaded, codes.ResourceExhausted},
 	{replica.ErrBusy, codes.ResourceExhausted},
 	{ErrStopped, codes.Unavailable},
+	{ErrResultLost, codes.DataLoss},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }

@@ -502,6 +502,9 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 			if !ok {
 				return ErrStopped
 			}
+			if v.Lost {
+				return ErrResultLost
+			}
 			s.cfg.Metrics.observeView(in.GetStrong(), v, prelim, time.Since(start))
 			if err := send(viewToAPI(v)); err != nil {
 				return err

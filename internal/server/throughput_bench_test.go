@@ -16,7 +16,7 @@ import (
 )
 
 // BenchmarkPut measures puts through one replica of a three-replica cluster
-// in this process, on Pebble with fsync, over loopback gRPC, with 16, 64
+// in this process, on Pebble with fsync, over loopback gRPC (four connections), with 16, 64
 // and 256 outstanding operations: strong (final view only) and weak
 // (preliminary only). It is the quick profile target of the server loop;
 // `correctables bench load --peer etcd` is the comparison users read.
@@ -24,7 +24,7 @@ import (
 //	go test ./internal/server -run '^$' -bench Put -benchtime 3s -cpuprofile cpu.out
 func BenchmarkPut(b *testing.B) {
 	for _, strong := range []bool{true, false} {
-		for _, conc := range []int{16, 64, 256} {
+		for _, conc := range []int{1, 16, 64, 256} {
 			name := fmt.Sprintf("strong=%v/outstanding=%d", strong, conc)
 			b.Run(name, func(b *testing.B) { benchPut(b, strong, conc) })
 		}
@@ -43,7 +43,11 @@ func benchPut(b *testing.B, strong bool, conc int) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c := dial(b, servers[0].ClientAddr())
+	var conns []api.StoreClient
+	for range 4 {
+		conns = append(conns, dial(b, servers[0].ClientAddr()))
+	}
+	c := conns[0]
 	// Wait for a leader: one strong put.
 	for {
 		if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("warm", "x"), Final: true, Strong: true}); err == nil {
@@ -59,6 +63,7 @@ func benchPut(b *testing.B, strong bool, conc int) {
 	start := time.Now()
 	for w := range conc {
 		wg.Add(1)
+		c := conns[w%len(conns)]
 		go func() {
 			defer wg.Done()
 			for {
