@@ -94,6 +94,7 @@ func TestHazardOriginCrashesAfterProposing(t *testing.T) {
 // operation gets exactly one stable view (checked by Run's checks:
 // final views delivered, one final per record, linearizability).
 func TestHazardLeaderChangeMidCommit(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 20; seed++ {
 		var oldLeader, newLeader uint64
 		opt := Options{Seed: seed, Replicas: 3 + 2*int(seed%2), Clients: 2, OpsPerClient: 5, Quiet: 6 * time.Second}
@@ -143,6 +144,7 @@ func TestHazardLeaderChangeMidCommit(t *testing.T) {
 // Clocks ±100 ms apart (DESIGN.md §4: the hybrid logical clock bounds the
 // damage; the order stays correct, only rollbacks grow). Every check holds.
 func TestHazardClockSkew(t *testing.T) {
+	t.Parallel()
 	var skewed, straight replica.Stats
 	for seed := uint64(1); seed <= 30; seed++ {
 		for _, skew := range []time.Duration{0, 100 * time.Millisecond} {

@@ -207,6 +207,7 @@ func fingerprint(res Result) string {
 // those goroutines) and once more afterwards; one seed per mix, each with
 // crashes (both kinds) and, for most mixes, snapshots.
 func TestDeterministic(t *testing.T) {
+	t.Parallel()
 	var crashes, powerLosses int
 	defer func() {
 		if powerLosses == 0 || powerLosses == crashes {
