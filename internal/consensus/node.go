@@ -38,7 +38,8 @@ type Config struct {
 	// Default 1 MiB.
 	MaxSizePerMsg uint64
 	// MaxInflightMsgs bounds the append messages in flight to one follower.
-	// Default 256.
+	// Default 1024: the leader sends one per proposal, and under load
+	// hundreds of proposals are in flight at once.
 	MaxInflightMsgs int
 	// MaxUncommittedEntriesSize bounds the bytes of proposals the leader holds
 	// uncommitted; past it proposals fail with raft.ErrProposalDropped.
@@ -71,7 +72,7 @@ func (c *Config) validate() error {
 		c.MaxSizePerMsg = 1 << 20
 	}
 	if c.MaxInflightMsgs == 0 {
-		c.MaxInflightMsgs = 256
+		c.MaxInflightMsgs = 1024
 	}
 	if c.MaxUncommittedEntriesSize == 0 {
 		c.MaxUncommittedEntriesSize = 64 << 20

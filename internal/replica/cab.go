@@ -14,7 +14,7 @@ import "slices"
 // hold the whole context (after a restart, some of it may be missing until
 // gossip or the log brings it back) it waits and the retry proposes later.
 func (r *Replica) propose(req *Req) {
-	if !r.vv.Covers(req.Ctx) {
+	if !r.vv.Covers(req.Ctx) || !r.durable(req) {
 		return
 	}
 	var ops []*Req
@@ -88,7 +88,7 @@ func (r *Replica) proposeNoop() {
 	var ops []*Req
 	blocked := map[uint64]bool{}
 	for _, q := range all {
-		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) {
+		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) || !r.durable(q) {
 			blocked[q.ID.Origin] = true
 			continue
 		}
@@ -108,7 +108,7 @@ func (r *Replica) proposeNoop() {
 // arrive instead of a no-op period's worth at a time.
 func (r *Replica) proposeOwn() {
 	var ops []*Req
-	for s := max(r.ownProposed, r.committedVV[r.cfg.ID]) + 1; s <= r.seq; s++ {
+	for s := max(r.ownProposed, r.committedVV[r.cfg.ID]) + 1; s <= r.durableOwn; s++ {
 		q, ok := r.Op(OpID{r.cfg.ID, s})
 		if !ok || q.Strong {
 			break
@@ -120,6 +120,39 @@ func (r *Replica) proposeOwn() {
 	for _, chunk := range r.chunks(ops) {
 		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunk})
 	}
+}
+
+// durable reports whether an operation may go into an entry: any other
+// replica's (its origin persisted it before sending it), or one of this
+// replica's own that the driver has made durable.
+func (r *Replica) durable(q *Req) bool {
+	return q.ID.Origin != r.cfg.ID || q.ID.Seq <= r.durableOwn
+}
+
+// proposeDurable proposes what waited for this replica's own operations to
+// become durable: strong operations, and the own weak operations once
+// NoopBatch of them wait for an entry.
+func (r *Replica) proposeDurable() {
+	n := 0
+	for _, q := range r.toPropose {
+		if q.ID.Seq > r.durableOwn {
+			break
+		}
+		if _, pending := r.pendingStrong[q.ID]; pending {
+			r.propose(q)
+		}
+		n++
+	}
+	r.toPropose = r.toPropose[n:]
+	if r.durableOwn-min(r.durableOwn, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch) {
+		r.proposeOwn()
+	}
+}
+
+// proposalsDue reports whether proposeDurable has something to propose.
+func (r *Replica) proposalsDue() bool {
+	return (len(r.toPropose) > 0 && r.toPropose[0].ID.Seq <= r.durableOwn) ||
+		r.durableOwn-min(r.durableOwn, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch)
 }
 
 // recentlyProposed reports whether this replica put the operation in an

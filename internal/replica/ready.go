@@ -10,7 +10,7 @@ import (
 // HasReady reports whether Ready has anything.
 func (r *Replica) HasReady() bool {
 	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0 ||
-		len(r.unasked) > 0 || r.snapshotDue()
+		len(r.unasked) > 0 || r.snapshotDue() || r.proposalsDue()
 }
 
 // Ready collects what the driver must persist, send and deliver. Committed
@@ -18,6 +18,7 @@ func (r *Replica) HasReady() bool {
 func (r *Replica) Ready() (Ready, error) {
 	r.askReads()
 	r.gossipNew()
+	r.proposeDurable()
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
 		defer r.checkLeader()
@@ -47,6 +48,15 @@ func (r *Replica) Ready() (Ready, error) {
 		for _, m := range rrd.Messages {
 			msgs = append(msgs, Message{Type: MsgRaft, From: r.cfg.ID, To: m.GetTo(), Raft: m})
 		}
+		if r.node.IsLeader() {
+			// The leader's raft messages may leave before its own write
+			// (raft's thesis §10.2.1; etcd does the same): raft counts the
+			// leader's own copy of an entry only after Advance, so nothing
+			// commits on an entry it has not written, and no entry carries
+			// an own operation of this replica that is not durable yet.
+			rd.Early = msgs
+			msgs = nil
+		}
 		rd.Messages = append(msgs, rd.Messages...)
 		rd.raft = &rrd
 		return rd, nil
@@ -64,12 +74,17 @@ func (r *Replica) Advance(rd Ready) {
 	if rd.raft != nil {
 		r.node.Advance(*rd.raft)
 	}
+	for _, q := range rd.Persist {
+		r.durableOwn = max(r.durableOwn, q.ID.Seq)
+	}
 	// A snapshot handed to the driver counts as sent: raft leaves the
 	// follower's snapshot state, and if the snapshot was lost the follower's
 	// next rejection makes the leader send another.
-	for _, m := range rd.Messages {
-		if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgSnap {
-			r.node.ReportSnapshot(m.To, true)
+	for _, ms := range [][]Message{rd.Early, rd.Messages} {
+		for _, m := range ms {
+			if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgSnap {
+				r.node.ReportSnapshot(m.To, true)
+			}
 		}
 	}
 }

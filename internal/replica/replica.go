@@ -137,8 +137,11 @@ type Ready struct {
 	// CreateSnapshot, if set, asks the driver to store a snapshot and
 	// compact the log (after persisting the rest of this Ready).
 	CreateSnapshot *SnapshotRequest
-	Messages       []Message
-	Views          []View
+	// Early are raft messages of a leader, which the driver may send
+	// before it persists (they carry no operation that is not durable).
+	Early    []Message
+	Messages []Message
+	Views    []View
 
 	raft *raft.Ready
 }
@@ -242,8 +245,11 @@ type Replica struct {
 	bytesSinceSnap int
 	snapTick       int
 	// ownProposed is the highest own sequence number put in an entry since
-	// the last leader change.
+	// the last leader change; durableOwn the highest the driver persisted
+	// (Advance); toPropose the own strong operations waiting for that.
 	ownProposed uint64
+	durableOwn  uint64
+	toPropose   []*Req
 
 	out   Ready
 	stats Stats
@@ -304,6 +310,7 @@ func New(cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	r.seq = r.vv[cfg.ID]
+	defer func() { r.durableOwn = r.seq }() // everything recovered is durable
 	for _, req := range cfg.OwnOps {
 		if req.ID.Origin != cfg.ID {
 			return nil, fmt.Errorf("replica: persisted own operation %v is not this replica's", req.ID)

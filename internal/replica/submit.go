@@ -38,10 +38,11 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	}
 	r.newOwn = append(r.newOwn, req) // gossiped at the next Ready, batched
 	if cr.Strong {
+		// Proposed once durable (proposeDurable): an entry never carries an
+		// own operation this replica could lose in a crash, so the leader
+		// may send entries before it has written them (see Ready.Early).
 		r.pendingStrong[req.ID] = r.ticks
-		r.propose(req)
-	} else if r.seq-max(r.ownProposed, r.committedVV[r.cfg.ID]) >= uint64(r.cfg.NoopBatch) {
-		r.proposeOwn()
+		r.toPropose = append(r.toPropose, req)
 	}
 	return nil
 }
