@@ -128,28 +128,27 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 	for i, q := range fresh {
 		posFresh[q.ID] = base + i
 	}
-	inStack := map[OpID]bool{}
-	for i := range r.tentative {
-		e := &r.tentative[i]
-		if p, ok := posFresh[e.req.ID]; ok {
-			e.committed, e.cpos = true, p
-			inStack[e.req.ID] = true
-			r.ntent--
-		}
-	}
+	// Mark the fresh operations the stack holds (found through the index,
+	// not by walking the stack: each commit costs what it commits).
 	var missing []executed
-	for _, q := range fresh {
-		if !inStack[q.ID] {
-			missing = append(missing, executed{req: q, committed: true, cpos: posFresh[q.ID]})
+	for i, q := range fresh {
+		if j, ok := r.keys.index(q.ID); ok {
+			e := &r.tentative[j]
+			e.committed, e.cpos = true, base+i
+			r.ntent--
+			continue
 		}
+		missing = append(missing, executed{req: q, committed: true, cpos: base + i})
 	}
-	keep := r.keepLen(posFresh, missing)
+	keep := r.keepLenIndexed(fresh, missing, base)
+	if keep < 0 {
+		keep = r.keepLen(posFresh, missing)
+	}
 	r.reexec(append(r.rollbackTo(keep), missing...))
 	results := make([]state.Result, len(fresh))
-	for _, e := range r.tentative {
-		if p, ok := posFresh[e.req.ID]; ok {
-			results[p-base] = e.result
-		}
+	for i, q := range fresh {
+		j, _ := r.keys.index(q.ID)
+		results[i] = r.tentative[j].result
 	}
 	// Committed operations at the bottom of the stack join the base: nothing
 	// below them can be rolled back any more, so their undo records go.
@@ -158,7 +157,7 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 		r.keys.dropBottom(r.tentative[drop].req)
 		drop++
 	}
-	r.tentative = slices.Delete(r.tentative, 0, drop)
+	r.tentative = r.tentative[drop:]
 	for i, q := range fresh {
 		r.rememberResult(q.ID, results[i])
 	}
@@ -186,6 +185,53 @@ func (r *Replica) answerCommitted(fresh []*Req, results []state.Result) {
 			Confirmed: w.sent && results[i].Equal(w.tentative), Last: true,
 		})
 	}
+}
+
+// keepLenIndexed is keepLen through the key index, in time linear in the
+// entries on the keys of the fresh operations: for a fresh operation y and
+// each of its keys, the lowest entry on that key below y (anywhere, if y
+// was never executed here) that y must now precede: a tentative one, or
+// one committed by this entry after y. Entries on one key are executed in
+// their logical order, so the walk up the key's list stops at the first.
+// (A fresh operation executed here precedes, on its keys, only entries it
+// preceded before; one learnt from the log may precede fresh operations
+// executed here.) It returns -1 when an operation that conflicts with
+// everything is involved (then keepLen decides). base is the committed
+// position of the first fresh operation.
+func (r *Replica) keepLenIndexed(fresh []*Req, missing []executed, base int) int {
+	if r.keys.wild > 0 {
+		return -1
+	}
+	keep := len(r.tentative)
+	consider := func(q *Req, cpos, below int) bool {
+		for _, k := range q.footprint() {
+			if k == "*" {
+				return false
+			}
+			for _, ap := range r.keys.pos[k] {
+				j := ap - r.keys.base
+				if j >= below || j >= keep {
+					break
+				}
+				if e := r.tentative[j]; !e.committed || (e.cpos >= base && e.cpos > cpos) {
+					keep = j
+					break
+				}
+			}
+		}
+		return true
+	}
+	for _, y := range missing {
+		if !consider(y.req, y.cpos, len(r.tentative)) {
+			return -1
+		}
+	}
+	for i, q := range fresh {
+		if j, ok := r.keys.index(q.ID); ok && !consider(q, base+i, j) {
+			return -1
+		}
+	}
+	return keep
 }
 
 // keepLen returns how much of the bottom of the stack stays executed as it

@@ -113,13 +113,21 @@ func (r *Replica) firstConflictAfter(x executed) int {
 type keyIndex struct {
 	base int
 	pos  map[string][]int
-	wild int // operations in the stack whose footprint is "*"
+	at   map[OpID]int // every operation's position
+	wild int          // operations in the stack whose footprint is "*"
 }
 
-func (x *keyIndex) reset() { *x = keyIndex{pos: map[string][]int{}} }
+func (x *keyIndex) reset() { *x = keyIndex{pos: map[string][]int{}, at: map[OpID]int{}} }
+
+// index returns the stack index of an operation in the stack.
+func (x *keyIndex) index(id OpID) (int, bool) {
+	p, ok := x.at[id]
+	return p - x.base, ok
+}
 
 // push records the operation just put on top, at index i.
 func (x *keyIndex) push(q *Req, i int) {
+	x.at[q.ID] = x.base + i
 	for _, k := range q.footprint() {
 		if k == "*" {
 			x.wild++
@@ -131,6 +139,7 @@ func (x *keyIndex) push(q *Req, i int) {
 
 // pop forgets the operation on top of the stack.
 func (x *keyIndex) pop(q *Req) {
+	delete(x.at, q.ID)
 	for _, k := range q.footprint() {
 		if k == "*" {
 			x.wild--
@@ -146,6 +155,7 @@ func (x *keyIndex) pop(q *Req) {
 
 // dropBottom forgets the operation at the bottom of the stack.
 func (x *keyIndex) dropBottom(q *Req) {
+	delete(x.at, q.ID)
 	for _, k := range q.footprint() {
 		if k == "*" {
 			x.wild--
@@ -281,6 +291,14 @@ func (r *Replica) CheckInvariants() error {
 	for k, ps := range want.pos {
 		if !slices.Equal(ps, r.keys.pos[k]) {
 			return fmt.Errorf("replica %d: key %q at %v in the index, at %v in the stack", r.cfg.ID, k, r.keys.pos[k], ps)
+		}
+	}
+	if len(r.keys.at) != len(r.tentative) {
+		return fmt.Errorf("replica %d: %d operations indexed, %d in the stack", r.cfg.ID, len(r.keys.at), len(r.tentative))
+	}
+	for i, e := range r.tentative {
+		if j, ok := r.keys.index(e.req.ID); !ok || j != i {
+			return fmt.Errorf("replica %d: %v at %d in the stack, indexed at %d", r.cfg.ID, e.req.ID, i, j)
 		}
 	}
 	return nil

@@ -344,6 +344,12 @@ func (c *Cluster) pump(n *Node) {
 	}
 	if err := n.drv.HandleReady(); err != nil {
 		c.fail(fmt.Errorf("replica %d: %w", n.ID, err))
+		return
+	}
+	// The execution stack's invariants (bookkeeping and conflicting pairs
+	// in order), after every handled batch.
+	if err := n.Rep.CheckInvariants(); err != nil {
+		c.fail(err)
 	}
 }
 
