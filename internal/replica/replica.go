@@ -77,7 +77,7 @@ type Config struct {
 	SnapshotEntries int
 	// SnapshotBytes and SnapshotTicks bound the same by the bytes of the
 	// entries applied and by time: a snapshot is taken when any bound is
-	// reached (and something was applied since the last). Defaults 64 MiB
+	// reached (and something was applied since the last). Defaults 16 MiB
 	// and 30,000 ticks.
 	SnapshotBytes int
 	SnapshotTicks int
@@ -119,7 +119,7 @@ func (c *Config) validate() error {
 	if c.SnapshotEntries == 0 {
 		c.SnapshotEntries = 10_000
 	}
-	def(&c.SnapshotBytes, 64<<20)
+	def(&c.SnapshotBytes, 16<<20)
 	def(&c.SnapshotTicks, 30_000)
 	return nil
 }

@@ -41,7 +41,7 @@ type Config struct {
 	// see replica.Config. Defaults 30, 3, 2, 5, 50.
 	ElectionTicks, HeartbeatTicks, GossipTicks, NoopTicks, RetryTicks int
 	// SnapshotEntries, SnapshotBytes, SnapshotTicks: see replica.Config.
-	// Defaults 10,000 entries, 64 MiB, 30,000 ticks.
+	// Defaults 10,000 entries, 16 MiB, 30,000 ticks.
 	SnapshotEntries, SnapshotBytes, SnapshotTicks int
 	// CompactMargin is how many entries stay in the log behind a snapshot,
 	// so that a follower a little behind catches up from the log rather
