@@ -10,7 +10,7 @@ build:
 
 # The README's test command.
 test:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # Longer robustness runs (more simulation seeds); not part of CI.
 test-long:
