@@ -10,10 +10,7 @@
 // snapshot and compact the log if the replica asked for one; then send the
 // messages; then deliver the views; then Advance. Nothing is acknowledged
 // (no view leaves, no message about an operation is sent) before it is
-// durable. The one exception is a leader's raft messages (Ready.Early),
-// sent before its write, as etcd does: raft counts the leader's own copy of
-// an entry only once Advance says it is written, and the replica puts none
-// of its own operations in an entry before they are durable.
+// durable.
 //
 // Group commit happens above the driver: the runtime feeds the replica
 // every input that is queued (client submissions, peer messages, ticks), up

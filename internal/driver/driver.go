@@ -89,12 +89,6 @@ func (d *Driver) HandleReady() error {
 			return err
 		}
 		round.Readies++
-		// A leader's raft messages go out while it writes (raft's thesis
-		// §10.2.1): its followers persist in parallel with it.
-		for _, m := range rd.Early {
-			d.cfg.Send(m)
-		}
-		round.Messages += len(rd.Early)
 		if len(rd.Entries) > 0 || len(rd.Persist) > 0 || (rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState)) ||
 			(rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)) {
 			start := time.Now()

@@ -48,15 +48,6 @@ func (r *Replica) Ready() (Ready, error) {
 		for _, m := range rrd.Messages {
 			msgs = append(msgs, Message{Type: MsgRaft, From: r.cfg.ID, To: m.GetTo(), Raft: m})
 		}
-		if r.node.IsLeader() {
-			// The leader's raft messages may leave before its own write
-			// (raft's thesis §10.2.1; etcd does the same): raft counts the
-			// leader's own copy of an entry only after Advance, so nothing
-			// commits on an entry it has not written, and no entry carries
-			// an own operation of this replica that is not durable yet.
-			rd.Early = msgs
-			msgs = nil
-		}
 		rd.Messages = append(msgs, rd.Messages...)
 		rd.raft = &rrd
 		return rd, nil
@@ -80,11 +71,9 @@ func (r *Replica) Advance(rd Ready) {
 	// A snapshot handed to the driver counts as sent: raft leaves the
 	// follower's snapshot state, and if the snapshot was lost the follower's
 	// next rejection makes the leader send another.
-	for _, ms := range [][]Message{rd.Early, rd.Messages} {
-		for _, m := range ms {
-			if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgSnap {
-				r.node.ReportSnapshot(m.To, true)
-			}
+	for _, m := range rd.Messages {
+		if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgSnap {
+			r.node.ReportSnapshot(m.To, true)
 		}
 	}
 }

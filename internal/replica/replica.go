@@ -137,11 +137,8 @@ type Ready struct {
 	// CreateSnapshot, if set, asks the driver to store a snapshot and
 	// compact the log (after persisting the rest of this Ready).
 	CreateSnapshot *SnapshotRequest
-	// Early are raft messages of a leader, which the driver may send
-	// before it persists (they carry no operation that is not durable).
-	Early    []Message
-	Messages []Message
-	Views    []View
+	Messages       []Message
+	Views          []View
 
 	raft *raft.Ready
 }

@@ -39,8 +39,8 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	r.newOwn = append(r.newOwn, req) // gossiped at the next Ready, batched
 	if cr.Strong {
 		// Proposed once durable (proposeDurable): an entry never carries an
-		// own operation this replica could lose in a crash, so the leader
-		// may send entries before it has written them (see Ready.Early).
+		// own operation this replica could lose in a crash, whatever order
+		// the driver writes and sends in.
 		r.pendingStrong[req.ID] = r.ticks
 		r.toPropose = append(r.toPropose, req)
 	}
