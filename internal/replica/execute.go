@@ -138,36 +138,32 @@ func (x *keyIndex) push(q *Req, i int) {
 }
 
 // pop forgets the operation on top of the stack.
-func (x *keyIndex) pop(q *Req) {
-	delete(x.at, q.ID)
-	for _, k := range q.footprint() {
-		if k == "*" {
-			x.wild--
-			continue
-		}
-		if ps := x.pos[k]; len(ps) <= 1 {
-			delete(x.pos, k)
-		} else {
-			x.pos[k] = ps[:len(ps)-1]
-		}
-	}
-}
+func (x *keyIndex) pop(q *Req) { x.forget(q, true) }
 
 // dropBottom forgets the operation at the bottom of the stack.
 func (x *keyIndex) dropBottom(q *Req) {
+	x.forget(q, false)
+	x.base++
+}
+
+// forget removes an operation at the top or the bottom of the stack: the
+// last or the first position of each of its keys.
+func (x *keyIndex) forget(q *Req, top bool) {
 	delete(x.at, q.ID)
 	for _, k := range q.footprint() {
 		if k == "*" {
 			x.wild--
 			continue
 		}
-		if ps := x.pos[k]; len(ps) <= 1 {
+		switch ps := x.pos[k]; {
+		case len(ps) <= 1:
 			delete(x.pos, k)
-		} else {
+		case top:
+			x.pos[k] = ps[:len(ps)-1]
+		default:
 			x.pos[k] = ps[1:]
 		}
 	}
-	x.base++
 }
 
 // rollbackTo undoes the stack from pos on, latest first, and returns what
