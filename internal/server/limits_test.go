@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,27 +28,9 @@ import (
 // lengths in the replica's decoder), and the leader fail-stopped.
 func TestValueAtLimitSurvivesRestartAndSnapshot(t *testing.T) {
 	dir := t.TempDir()
-	peers := map[uint64]string{}
-	for i := uint64(1); i <= 3; i++ {
-		peers[i] = freeAddr(t)
-	}
+	peers := freePeers(t, 3)
 	start := func(id uint64) *Server {
-		t.Helper()
-		st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := New(Config{
-			ID: id, Peers: peers, ClientAddr: peers[id], Storage: st, SnapshotEntries: 4, CompactMargin: 1,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Seed: id,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return startOnPebble(t, dir, peers, id, true, func(c *Config) { c.SnapshotEntries, c.CompactMargin = 4, 1 })
 	}
 	servers := []*Server{start(1), start(2), start(3)}
 	defer func() {
@@ -130,22 +110,9 @@ func TestValueAtLimitSurvivesRestartAndSnapshot(t *testing.T) {
 // fail as ErrOverloaded ("received message larger than max"), an error
 // that invites retries that can never succeed.
 func TestClientOperationsAtLimits(t *testing.T) {
-	addr := freeAddr(t)
-	s, err := New(Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: reviewMem(), Logger: reviewQuiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, []string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startSingle(t, ctx)
 	run := func(op client.Op) client.Result {
 		t.Helper()
 		cor := c.Invoke(ctx, op, correctable.Eventual, correctable.Strong)

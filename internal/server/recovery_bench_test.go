@@ -3,16 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/correctables/correctables/api"
-	"github.com/correctables/correctables/internal/storage"
 )
 
 // BenchmarkRecovery measures what a user feels when a replica restarts: a
@@ -58,17 +54,7 @@ func BenchmarkFailover(b *testing.B) {
 				b.StartTimer()
 				start := time.Now()
 				lc.servers[lead-1].Stop()
-				for {
-					cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-					_, err := invoke(cctx, c, &api.InvokeRequest{Op: put("after", "x"), Final: true, Strong: true})
-					ccancel()
-					if err == nil {
-						break
-					}
-					if ctx.Err() != nil {
-						b.Fatal(err)
-					}
-				}
+				strongPutUntilFinal(ctx, b, c, 2*time.Second)
 				b.ReportMetric(time.Since(start).Seconds(), "failover-s")
 				b.StopTimer()
 				cancel()
@@ -95,25 +81,9 @@ func (l *loaded) stop() {
 func loadCluster(b *testing.B, n int) *loaded {
 	b.Helper()
 	dir := b.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	peers := map[uint64]string{}
-	for i := uint64(1); i <= 3; i++ {
-		peers[i] = freeAddr(b)
-	}
+	peers := freePeers(b, 3)
 	open := func(id uint64) *Server {
-		st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), Logger: log})
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := New(Config{ID: id, Peers: peers, ClientAddr: peers[id], PeerAddr: peers[id], Storage: st,
-			Logger: log, Seed: id, SnapshotEntries: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			b.Fatal(err)
-		}
-		return s
+		return startOnPebble(b, dir, peers, id, false, func(c *Config) { c.SnapshotEntries = -1 })
 	}
 	lc := &loaded{servers: []*Server{open(1), open(2), open(3)}, peers: peers, open: open}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -181,17 +151,7 @@ func measureRecovery(b *testing.B, n int) (status, final time.Duration) {
 		time.Sleep(time.Millisecond)
 	}
 	status = time.Since(start)
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := invoke(cctx, c, &api.InvokeRequest{Op: put("after", "x"), Final: true, Strong: true})
-		ccancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			b.Fatal(err)
-		}
-	}
+	strongPutUntilFinal(ctx, b, c, 5*time.Second)
 	final = time.Since(start)
 	b.StopTimer()
 	return status, final

@@ -199,22 +199,9 @@ func TestReviewBugLargeValuesStallReplication(t *testing.T) {
 // ResourceExhausted, which the client reports as ErrOverloaded ("retrying
 // later, or elsewhere, may succeed"): it never will.
 func TestReviewBugOversizedTxnIsNotOverload(t *testing.T) {
-	addr := freeAddr(t)
-	s, err := New(Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: reviewMem(), Logger: reviewQuiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, []string{addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startSingle(t, ctx)
 	var ws []client.Write
 	for i := range 9 {
 		ws = append(ws, client.Write{Key: fmt.Sprint("w", i), Value: make([]byte, 1<<20)})
@@ -222,7 +209,7 @@ func TestReviewBugOversizedTxnIsNotOverload(t *testing.T) {
 	cor := c.InvokeWeak(ctx, client.Txn(nil, ws, nil))
 	for range cor.Views() {
 	}
-	err = cor.Err()
+	err := cor.Err()
 	if errors.Is(err, client.ErrOverloaded) || !errors.Is(err, client.ErrInvalidArgument) {
 		t.Fatalf("9 MiB transaction: %v; want ErrInvalidArgument, not ErrOverloaded", err)
 	}

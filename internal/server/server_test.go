@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/replica"
-	"github.com/correctables/correctables/internal/storage"
 )
 
 // memStorage is an in-memory Storage for unit tests of the loop; the
@@ -202,26 +200,9 @@ var _ = fmt.Sprint
 // from a snapshot, on Pebble storage, and serves what it missed.
 func TestSnapshotCatchUp(t *testing.T) {
 	dir := t.TempDir()
-	peers := map[uint64]string{}
-	for i := 1; i <= 3; i++ {
-		peers[uint64(i)] = freeAddr(t)
-	}
+	peers := freePeers(t, 3)
 	start := func(id uint64) *Server {
-		st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := New(Config{
-			ID: id, Peers: peers, ClientAddr: peers[id], Storage: st, SnapshotEntries: 20, CompactMargin: 5,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Seed: id,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return startOnPebble(t, dir, peers, id, true, func(c *Config) { c.SnapshotEntries, c.CompactMargin = 20, 5 })
 	}
 	servers := []*Server{start(1), start(2), start(3)}
 	defer func() {

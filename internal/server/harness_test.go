@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/client"
+	"github.com/correctables/correctables/internal/storage"
+)
+
+// freePeers reserves a loopback address for each of n replicas.
+func freePeers(t testing.TB, n int) map[uint64]string {
+	t.Helper()
+	peers := map[uint64]string{}
+	for i := uint64(1); i <= uint64(n); i++ {
+		peers[i] = freeAddr(t)
+	}
+	return peers
+}
+
+// startOnPebble starts replica id of peers on Pebble in dir/<id> (clients
+// and peers on one address, logs discarded); noSync skips the fsync (tests
+// that check behaviour, not durability), tweak adjusts the configuration.
+// The caller stops it.
+func startOnPebble(t testing.TB, dir string, peers map[uint64]string, id uint64, noSync bool, tweak func(*Config)) *Server {
+	t.Helper()
+	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), NoSync: noSync, Logger: reviewQuiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ID: id, Peers: peers, ClientAddr: peers[id], PeerAddr: peers[id], Storage: st, Logger: reviewQuiet(), Seed: id}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startSingle starts a one-replica server on memory storage and dials it
+// with the client library; both stop when the test ends.
+func startSingle(t *testing.T, ctx context.Context) *client.Client {
+	t.Helper()
+	addr := freeAddr(t)
+	s, err := New(Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: reviewMem(), Logger: reviewQuiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	c, err := client.Dial(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// strongPutUntilFinal retries a strong put through c, each try bounded by
+// try, until it gets its final view (a replica that has no leader yet
+// refuses or times out); it fails the test when ctx ends first.
+func strongPutUntilFinal(ctx context.Context, t testing.TB, c api.StoreClient, try time.Duration) {
+	t.Helper()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, try)
+		_, err := invoke(cctx, c, &api.InvokeRequest{Op: put("after", "x"), Final: true, Strong: true})
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+}
