@@ -202,12 +202,6 @@ func (r *Replica) reexec(es []executed) {
 	}
 }
 
-// exec executes a new tentative operation on top of the stack.
-func (r *Replica) exec(req *Req) state.Result {
-	r.reexec([]executed{{req: req}})
-	return r.tentative[len(r.tentative)-1].result
-}
-
 // withCommitted runs f on the committed state: it rolls the stack back,
 // applies the committed operations that were in it (in stack order, which
 // keeps every conflicting pair in order), runs f, and restores the stack.

@@ -104,9 +104,7 @@ func (r *Req) footprint() []string {
 	return fp
 }
 
-// less is the tentative order: by timestamp, then by id.
-func (r *Req) less(o *Req) bool { return compareReq(r, o) < 0 }
-
+// compareReq is the tentative order: by timestamp, then by id.
 func compareReq(a, b *Req) int {
 	if c := cmp.Compare(a.TS, b.TS); c != 0 {
 		return c
