@@ -8,14 +8,17 @@
 #
 # Run one replica per host (deploy/compose.yaml runs three):
 #
-#   docker run -v correctables-data:/data -p 7101:7101 correctables \
-#       serve --id 1 --listen 0.0.0.0:7101 --data /data \
+#   docker run -v correctables-data:/data -v /etc/correctables/certs:/certs:ro \
+#       -p 7101:7101 correctables \
+#       serve --id 1 --listen 0.0.0.0:7101 --data /data --certs-dir /certs \
 #       --peers 1=host1:7101,2=host2:7101,3=host3:7101
 #
-# Nothing at run time needs a file the image lacks: no /etc/passwd (the user
-# is numeric), no CA certificates (replicas and clients speak plaintext gRPC,
-# so keep the port on a private network), no /tmp (the server and Pebble
-# write only under --data, the /data volume). There is no shell, so every
+# /certs holds ca.crt and this replica's replica.<id>.crt and .key (made by
+# `correctables cert`; the key readable by uid 65532). Nothing at run time
+# needs a file the image lacks: no /etc/passwd (the user is numeric), no
+# system CA certificates (replicas verify each other and are verified by
+# clients against the cluster's own CA, given by --certs-dir), no /tmp (the
+# server and Pebble write only under --data, the /data volume). There is no shell, so every
 # instruction that runs something is in exec form.
 FROM scratch
 

@@ -454,9 +454,13 @@ type InvokeRequest struct {
 	// result of a weak update once committed (weak reads have none).
 	Final bool `protobuf:"varint,3,opt,name=final,proto3" json:"final,omitempty"`
 	// strong selects the strong protocol.
-	Strong        bool `protobuf:"varint,4,opt,name=strong,proto3" json:"strong,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Strong bool `protobuf:"varint,4,opt,name=strong,proto3" json:"strong,omitempty"`
+	// no_confirmation asks for the final view's result in full even when it
+	// equals the preliminary one, instead of a confirmation (turns off the
+	// bandwidth optimisation of Correctables §5.2, to measure what it saves).
+	NoConfirmation bool `protobuf:"varint,5,opt,name=no_confirmation,json=noConfirmation,proto3" json:"no_confirmation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *InvokeRequest) Reset() {
@@ -513,6 +517,13 @@ func (x *InvokeRequest) GetFinal() bool {
 func (x *InvokeRequest) GetStrong() bool {
 	if x != nil {
 		return x.Strong
+	}
+	return false
+}
+
+func (x *InvokeRequest) GetNoConfirmation() bool {
+	if x != nil {
+		return x.NoConfirmation
 	}
 	return false
 }
@@ -714,7 +725,7 @@ func (x *OpID) GetSeq() uint64 {
 	return 0
 }
 
-// Stamp says what a view was computed on (DESIGN.md §6).
+// Stamp says what a view was computed on (docs/design.md, "Stamps").
 type Stamp struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Replica        uint64                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
@@ -1018,6 +1029,130 @@ func (x *StatusReply) GetSnapshotIndex() uint64 {
 	return 0
 }
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_correctables_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{12}
+}
+
+type BackupChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data is the next part of the encoded raftpb.Snapshot.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// In the first chunk: the replica's id, and the index and term the
+	// snapshot is at, and its total size in bytes.
+	Id    uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Index uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	Size  uint64 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// In the last chunk: the SHA-256 of the encoded snapshot.
+	Sha256        []byte `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_correctables_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BackupChunk) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BackupChunk) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BackupChunk) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *BackupChunk) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *BackupChunk) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
 // PeerEnvelope carries replica messages in the replica package's own
 // encoding (internal/replica.EncodeMessage), opaque to gRPC.
 type PeerEnvelope struct {
@@ -1030,7 +1165,7 @@ type PeerEnvelope struct {
 
 func (x *PeerEnvelope) Reset() {
 	*x = PeerEnvelope{}
-	mi := &file_correctables_proto_msgTypes[12]
+	mi := &file_correctables_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1177,7 @@ func (x *PeerEnvelope) String() string {
 func (*PeerEnvelope) ProtoMessage() {}
 
 func (x *PeerEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[12]
+	mi := &file_correctables_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1190,7 @@ func (x *PeerEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerEnvelope.ProtoReflect.Descriptor instead.
 func (*PeerEnvelope) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{12}
+	return file_correctables_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PeerEnvelope) GetFrom() uint64 {
@@ -1080,7 +1215,7 @@ type PeerAck struct {
 
 func (x *PeerAck) Reset() {
 	*x = PeerAck{}
-	mi := &file_correctables_proto_msgTypes[13]
+	mi := &file_correctables_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1227,7 @@ func (x *PeerAck) String() string {
 func (*PeerAck) ProtoMessage() {}
 
 func (x *PeerAck) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[13]
+	mi := &file_correctables_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1240,7 @@ func (x *PeerAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerAck.ProtoReflect.Descriptor instead.
 func (*PeerAck) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{13}
+	return file_correctables_proto_rawDescGZIP(), []int{15}
 }
 
 var File_correctables_proto protoreflect.FileDescriptor
@@ -1135,12 +1270,13 @@ const file_correctables_proto_rawDesc = "" +
 	"\x05Write\x12\x16\n" +
 	"\x06delete\x18\x01 \x01(\bR\x06delete\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"\x84\x01\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"\xad\x01\n" +
 	"\rInvokeRequest\x12#\n" +
 	"\x02op\x18\x01 \x01(\v2\x13.correctables.v1.OpR\x02op\x12 \n" +
 	"\vpreliminary\x18\x02 \x01(\bR\vpreliminary\x12\x14\n" +
 	"\x05final\x18\x03 \x01(\bR\x05final\x12\x16\n" +
-	"\x06strong\x18\x04 \x01(\bR\x06strong\",\n" +
+	"\x06strong\x18\x04 \x01(\bR\x06strong\x12'\n" +
+	"\x0fno_confirmation\x18\x05 \x01(\bR\x0enoConfirmation\",\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\xa5\x01\n" +
@@ -1184,7 +1320,15 @@ const file_correctables_proto_rawDesc = "" +
 	"\x0esnapshot_index\x18\t \x01(\x04R\rsnapshotIndex\x1a5\n" +
 	"\aVvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\">\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x0f\n" +
+	"\rBackupRequest\"\x87\x01\n" +
+	"\vBackupChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\fR\x06sha256\">\n" +
 	"\fPeerEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x1a\n" +
 	"\bmessages\x18\x02 \x03(\fR\bmessages\"\t\n" +
@@ -1212,10 +1356,11 @@ const file_correctables_proto_rawDesc = "" +
 	"\n" +
 	"CMP_ABSENT\x10\x04\x12\f\n" +
 	"\bCMP_LESS\x10\x05\x12\x0f\n" +
-	"\vCMP_GREATER\x10\x062\x97\x01\n" +
+	"\vCMP_GREATER\x10\x062\xe1\x01\n" +
 	"\x05Store\x12F\n" +
 	"\x06Invoke\x12\x1e.correctables.v1.InvokeRequest\x1a\x1a.correctables.v1.ViewReply0\x01\x12F\n" +
-	"\x06Status\x12\x1e.correctables.v1.StatusRequest\x1a\x1c.correctables.v1.StatusReply2K\n" +
+	"\x06Status\x12\x1e.correctables.v1.StatusRequest\x1a\x1c.correctables.v1.StatusReply\x12H\n" +
+	"\x06Backup\x12\x1e.correctables.v1.BackupRequest\x1a\x1c.correctables.v1.BackupChunk0\x012K\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1d.correctables.v1.PeerEnvelope\x1a\x18.correctables.v1.PeerAck(\x01B.Z,github.com/correctables/correctables/api;apib\x06proto3"
 
@@ -1232,7 +1377,7 @@ func file_correctables_proto_rawDescGZIP() []byte {
 }
 
 var file_correctables_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_correctables_proto_goTypes = []any{
 	(Kind)(0),             // 0: correctables.v1.Kind
 	(Cmp)(0),              // 1: correctables.v1.Cmp
@@ -1248,10 +1393,12 @@ var file_correctables_proto_goTypes = []any{
 	(*ViewReply)(nil),     // 11: correctables.v1.ViewReply
 	(*StatusRequest)(nil), // 12: correctables.v1.StatusRequest
 	(*StatusReply)(nil),   // 13: correctables.v1.StatusReply
-	(*PeerEnvelope)(nil),  // 14: correctables.v1.PeerEnvelope
-	(*PeerAck)(nil),       // 15: correctables.v1.PeerAck
-	nil,                   // 16: correctables.v1.Stamp.VvEntry
-	nil,                   // 17: correctables.v1.StatusReply.VvEntry
+	(*BackupRequest)(nil), // 14: correctables.v1.BackupRequest
+	(*BackupChunk)(nil),   // 15: correctables.v1.BackupChunk
+	(*PeerEnvelope)(nil),  // 16: correctables.v1.PeerEnvelope
+	(*PeerAck)(nil),       // 17: correctables.v1.PeerAck
+	nil,                   // 18: correctables.v1.Stamp.VvEntry
+	nil,                   // 19: correctables.v1.StatusReply.VvEntry
 }
 var file_correctables_proto_depIdxs = []int32{
 	0,  // 0: correctables.v1.Op.kind:type_name -> correctables.v1.Kind
@@ -1262,19 +1409,21 @@ var file_correctables_proto_depIdxs = []int32{
 	1,  // 5: correctables.v1.Guard.cmp:type_name -> correctables.v1.Cmp
 	2,  // 6: correctables.v1.InvokeRequest.op:type_name -> correctables.v1.Op
 	7,  // 7: correctables.v1.Result.items:type_name -> correctables.v1.KV
-	16, // 8: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
+	18, // 8: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
 	8,  // 9: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
 	9,  // 10: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
 	10, // 11: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
-	17, // 12: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
+	19, // 12: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
 	6,  // 13: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
 	12, // 14: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
-	14, // 15: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
-	11, // 16: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
-	13, // 17: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
-	15, // 18: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
+	14, // 15: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
+	16, // 16: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
+	11, // 17: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
+	13, // 18: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
+	15, // 19: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
+	17, // 20: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1291,7 +1440,7 @@ func file_correctables_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_correctables_proto_rawDesc), len(file_correctables_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

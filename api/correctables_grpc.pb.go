@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Store_Invoke_FullMethodName = "/correctables.v1.Store/Invoke"
 	Store_Status_FullMethodName = "/correctables.v1.Store/Status"
+	Store_Backup_FullMethodName = "/correctables.v1.Store/Backup"
 )
 
 // StoreClient is the client API for Store service.
@@ -39,6 +40,11 @@ type StoreClient interface {
 	Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ViewReply], error)
 	// Status reports the replica's role and progress.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error)
+	// Backup streams a snapshot of the replica's committed state at its
+	// applied index (`correctables snapshot save`): a raft snapshot
+	// (raftpb.Snapshot, protobuf) cut into chunks, the last of which carries
+	// the SHA-256 of the whole.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 }
 
 type storeClient struct {
@@ -78,6 +84,25 @@ func (c *storeClient) Status(ctx context.Context, in *StatusRequest, opts ...grp
 	return out, nil
 }
 
+func (c *storeClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Store_ServiceDesc.Streams[1], Store_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Store_BackupClient = grpc.ServerStreamingClient[BackupChunk]
+
 // StoreServer is the server API for Store service.
 // All implementations must embed UnimplementedStoreServer
 // for forward compatibility.
@@ -90,6 +115,11 @@ type StoreServer interface {
 	Invoke(*InvokeRequest, grpc.ServerStreamingServer[ViewReply]) error
 	// Status reports the replica's role and progress.
 	Status(context.Context, *StatusRequest) (*StatusReply, error)
+	// Backup streams a snapshot of the replica's committed state at its
+	// applied index (`correctables snapshot save`): a raft snapshot
+	// (raftpb.Snapshot, protobuf) cut into chunks, the last of which carries
+	// the SHA-256 of the whole.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	mustEmbedUnimplementedStoreServer()
 }
 
@@ -105,6 +135,9 @@ func (UnimplementedStoreServer) Invoke(*InvokeRequest, grpc.ServerStreamingServe
 }
 func (UnimplementedStoreServer) Status(context.Context, *StatusRequest) (*StatusReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedStoreServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
+	return status.Error(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedStoreServer) mustEmbedUnimplementedStoreServer() {}
 func (UnimplementedStoreServer) testEmbeddedByValue()               {}
@@ -156,6 +189,17 @@ func _Store_Status_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(StoreServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Store_BackupServer = grpc.ServerStreamingServer[BackupChunk]
+
 // Store_ServiceDesc is the grpc.ServiceDesc for Store service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -172,6 +216,11 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Invoke",
 			Handler:       _Store_Invoke_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Backup",
+			Handler:       _Store_Backup_Handler,
 			ServerStreams: true,
 		},
 	},

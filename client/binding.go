@@ -114,6 +114,9 @@ func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, 
 	start := time.Now()
 	c.stats.ops.Add(1)
 	tr := OpTrace{Op: op}
+	if c.cfg.recorder != nil && len(levels) > 0 {
+		emit = c.cfg.recorder.traceEmitter(op, traceStart(ctx), levels[len(levels)-1], emit)
+	}
 	err := c.run(ctx, op, levels, weak, emit, &tr)
 	if err != nil && ctx.Err() == nil {
 		c.stats.failed.Add(1)
@@ -141,7 +144,7 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	req := toAPIRequest(pop, ls, weak)
+	req := toAPIRequest(pop, ls, weak, c.cfg.noConfirm)
 	if n := proto.Size(req); n > MaxRequestBytes {
 		// Refused here: a server would refuse it too, as a resource limit
 		// that reads like overload and invites a retry that cannot succeed.

@@ -27,6 +27,8 @@ type Client struct {
 	cfg       config
 	endpoints []*endpoint
 	stats     counters
+	// mon is the monitor SLA reads use (Pileus §4.5), fed by the probes.
+	mon *Monitor
 
 	// stop ends the prober; wg waits for it.
 	stop context.CancelFunc
@@ -90,7 +92,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, err
 	if err := cfg.validate(endpoints); err != nil {
 		return nil, fmt.Errorf("client: dial: %w", err)
 	}
-	c := &Client{cfg: cfg}
+	c := &Client{cfg: cfg, mon: newMonitor()}
 	creds := cfg.creds
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -308,6 +310,9 @@ func (c *Client) probe(ctx context.Context, e *endpoint) bool {
 	}
 	now, lastErr := e.healthy, e.lastErr
 	e.mu.Unlock()
+	if err == nil {
+		c.mon.observeStatus(rtt, rep)
+	}
 	switch {
 	case was && !now:
 		c.cfg.logger.Warn("client: endpoint down", "endpoint", e.addr, "err", lastErr)

@@ -10,11 +10,27 @@ import (
 // This file is the one place where client types meet the wire's (api)
 // types.
 
-// toAPIOp encodes an Op. It fails, with ErrInvalidArgument, only on what the
-// wire cannot carry: the zero Op and a scan limit outside int32.
+// toAPIOp encodes an Op. It fails, with ErrInvalidArgument, on what the
+// wire cannot carry (the zero Op, a scan limit outside int32) and on an
+// empty key, which servers refuse too (a scan's prefix may be empty).
 func toAPIOp(o Op) (*api.Op, error) {
 	if o.kind < KindGet || int(o.kind) >= len(kindNames) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, o)
+	}
+	if o.key == "" && o.kind != KindScan && o.kind != KindTxn && o.kind != KindNoop {
+		return nil, fmt.Errorf("%w: %v with an empty key", ErrInvalidArgument, o.kind)
+	}
+	if o.txn != nil {
+		for _, g := range o.txn.guards {
+			if g.Key == "" {
+				return nil, fmt.Errorf("%w: txn guard with an empty key", ErrInvalidArgument)
+			}
+		}
+		for _, w := range append(append([]Write(nil), o.txn.then...), o.txn.els...) {
+			if w.Key == "" {
+				return nil, fmt.Errorf("%w: txn write with an empty key", ErrInvalidArgument)
+			}
+		}
 	}
 	if o.limit < 0 || o.limit > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: scan limit %d", ErrInvalidArgument, o.limit)
@@ -88,11 +104,12 @@ func fromAPIStamp(s *api.Stamp, id *api.OpID) Stamp {
 // toAPIRequest builds the request for the requested levels (a non-empty
 // subset of Levels, weakest first). weak selects the weak protocol for the
 // final view too (a weak update's committed result).
-func toAPIRequest(op *api.Op, levels levelSet, weak bool) *api.InvokeRequest {
+func toAPIRequest(op *api.Op, levels levelSet, weak, noConfirm bool) *api.InvokeRequest {
 	return &api.InvokeRequest{
-		Op:          op,
-		Preliminary: levels.eventual,
-		Final:       levels.strong,
-		Strong:      levels.strong && !weak,
+		Op:             op,
+		Preliminary:    levels.eventual,
+		Final:          levels.strong,
+		Strong:         levels.strong && !weak,
+		NoConfirmation: noConfirm,
 	}
 }

@@ -34,6 +34,22 @@
 // ErrUnavailable, ErrProtocol, ErrClosed, or the context's error. Test both
 // with errors.Is.
 //
+// InvokeCPQ runs an operation at a level a CPQ policy draws: the strong one
+// with probability p, else the weak one, optionally after an artificial
+// delay before weak reads (Continuous Partial Quorums, SCDM'15 §1).
+// WithTraceRecorder records the gets and puts a Client invokes, with their
+// values and times, for the Γ staleness metric (`correctables check gamma`).
+//
+// Sessions and SLAs (Pileus, SOSP'13 §3-§4; docs/consistency.md): a
+// Session records the stamps of its reads and writes, and InvokeSession
+// tells with every view which of the six guarantees (strong, causal,
+// bounded staleness, read-my-writes, monotonic reads, eventual) it satisfies
+// for the session (GuaranteesOf). GetSLA reads under a consistency-based SLA
+// (ordered subSLAs of guarantee, latency bound and utility) at the replica
+// of highest expected utility, from the client's Monitor, and reports the
+// subSLA met; InvokeSLA is the incremental SLA, a Correctable whose views
+// are tagged with the subSLA each reply met.
+//
 // Stats counts operations and the bytes of requests and replies on the
 // client link, and the bytes confirmations saved, to measure the bandwidth
 // cost of incremental views.

@@ -46,6 +46,10 @@ type config struct {
 	initialProbes int
 	// trace, if set, is called with every invocation's OpTrace.
 	trace func(OpTrace)
+	// noConfirm asks replicas for final views in full (WithoutConfirmations).
+	noConfirm bool
+	// recorder, if set, records the gets and puts (WithTraceRecorder).
+	recorder *TraceRecorder
 }
 
 // WithTransportCredentials secures the connections with creds (for example
@@ -92,6 +96,17 @@ func WithInitialProbes(n int) Option { return func(c *config) { c.initialProbes 
 // the invocation's goroutine: per-operation bytes, views and failovers, for
 // benchmarks. f must be safe for concurrent use and should return quickly.
 func WithOpTrace(f func(OpTrace)) Option { return func(c *config) { c.trace = f } }
+
+// WithTraceRecorder records every get and put the Client invokes, with the
+// values read and written and their times, in r (see TraceRecorder).
+func WithTraceRecorder(r *TraceRecorder) Option { return func(c *config) { c.recorder = r } }
+
+// WithoutConfirmations asks the replicas to send every final view with its
+// result in full, even when it equals the preliminary view, instead of a
+// small confirmation (Correctables §5.2). Views then never have Confirmed
+// set. It costs bandwidth and exists to measure what confirmations save
+// (`correctables bench bandwidth`).
+func WithoutConfirmations() Option { return func(c *config) { c.noConfirm = true } }
 
 // validate fills in defaults and checks the configuration against the
 // endpoints. Errors wrap ErrInvalidArgument.

@@ -6,7 +6,7 @@ import (
 	"github.com/correctables/correctables/correctable"
 )
 
-// Stamp says what a view was computed on (DESIGN.md §6): the replica that
+// Stamp says what a view was computed on (docs/design.md, "Stamps"): the replica that
 // answered and how much of the history it held. The Client puts one in
 // every View's Stamp; get it back with StampOf.
 type Stamp struct {
@@ -26,6 +26,9 @@ type Stamp struct {
 	// Op is the id the operation got at the replica that received it; zero
 	// for read-only operations, which are not replicated.
 	Op OpID
+	// Guarantees, for a view delivered through a Session, is what the view
+	// satisfies for that session (Session.Check); nil outside a session.
+	Guarantees *Guarantees
 }
 
 // OpID identifies an operation: the replica that received it and its

@@ -47,13 +47,33 @@ func Example_decoupling() {
 // for the preliminary references while the final ones are on their way.
 func Example_adServing() {
 	ctx := context.Background()
-	cluster, _ := correctabletest.NewCluster(correctabletest.Config{})
+	// The primary answers once a fetch has begun: the final view comes
+	// while the speculation on the preliminary one runs, as on a real
+	// network, however busy the machine is.
+	fetching := make(chan struct{}, 1)
+	cluster, _ := correctabletest.NewCluster(correctabletest.Config{
+		Wait: func(ctx context.Context, r correctabletest.Replica) error {
+			if r != correctabletest.PrimaryReplica {
+				return nil
+			}
+			select {
+			case <-fetching:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
 	cluster.Put("adrefs:alice", "ad-1,ad-2")
 	b := correctabletest.Sequential[string](cluster)
 
 	var fetches atomic.Int32
 	getAds := func(_ context.Context, refs string) ([]string, error) {
 		fetches.Add(1)
+		select {
+		case fetching <- struct{}{}:
+		default:
+		}
 		var ads []string
 		for _, ref := range strings.Split(refs, ",") {
 			ads = append(ads, "<"+ref+">") // fetch and post-process the ad

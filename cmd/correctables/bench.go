@@ -24,7 +24,9 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure the store (see the subcommands)",
 	}
-	cmd.AddCommand(newLatencyGapCmd(), newLoadCmd(), newEtcdMemberCmd())
+	cmd.AddCommand(newLatencyGapCmd(), newLoadCmd(), newEtcdMemberCmd(), newPileusCmd())
+	cmd.AddCommand(newCPQCmd())
+	cmd.AddCommand(evalCmds()...)
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/correctables/correctables/client"
 	"github.com/correctables/correctables/internal/cluster"
 	"github.com/correctables/correctables/internal/loadgen"
 )
@@ -29,6 +31,11 @@ type loadFlags struct {
 	seed                               uint64
 	csv, endpoints, serverPIDs, peer   string
 	inProcess                          bool
+	// CPQ mode's policy, and the Γ estimate.
+	cpqP, cpqWriteP float64
+	readDelay       time.Duration
+	gamma           bool
+	gammaCapacity   int
 }
 
 // loadPlan is what the flags ask for, checked.
@@ -40,6 +47,7 @@ type loadPlan struct {
 	concurrency []int
 	endpoints   []string
 	pids        []int
+	cpq         client.CPQConfig
 }
 
 func (f loadFlags) plan() (*loadPlan, error) {
@@ -79,6 +87,16 @@ func (f loadFlags) plan() (*loadPlan, error) {
 	case "", "none", "etcd":
 	default:
 		return nil, fmt.Errorf("--peer %q: want etcd (or none)", f.peer)
+	}
+	p.cpq = client.CPQConfig{ReadP: f.cpqP, WriteP: f.cpqWriteP, ReadDelay: f.readDelay, Seed: f.seed}
+	if _, err := client.NewCPQ(p.cpq); err != nil {
+		return nil, fmt.Errorf("--cpq, --cpq-write, --read-delay: %w", err)
+	}
+	if f.peer == "etcd" && slices.Contains(p.modes, loadgen.CPQ) {
+		return nil, errors.New("--mode cpq runs on our store only: drop --peer etcd")
+	}
+	if f.gammaCapacity < 1 || f.gammaCapacity > client.MaxTraceRecords {
+		return nil, fmt.Errorf("--gamma-capacity %d: want 1 to %d", f.gammaCapacity, client.MaxTraceRecords)
 	}
 	if f.endpoints != "" {
 		if f.inProcess {
@@ -148,6 +166,9 @@ Gets, writes Puts in every mode. Our rows then show their ratios to etcd's.
   correctables bench load --peer etcd --workload w --modes strong,weak --concurrency 16,64,256`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("cpq-write") {
+				f.cpqWriteP = f.cpqP
+			}
 			p, err := f.plan()
 			if err != nil {
 				return err
@@ -175,6 +196,11 @@ Gets, writes Puts in every mode. Our rows then show their ratios to etcd's.
 	fl.StringVar(&f.serverPIDs, "server-pids", "", "with --endpoints: the servers' process ids, to report their CPU and RSS")
 	fl.StringVar(&f.peer, "peer", "", "also run every row against a three-member etcd cluster: etcd")
 	fl.BoolVar(&f.inProcess, "in-process", false, "run our cluster in this process (internal/cluster) instead of three serve processes")
+	fl.Float64Var(&f.cpqP, "cpq", 0, "mode cpq: probability that a read runs at the strong level (CPQ §1)")
+	fl.Float64Var(&f.cpqWriteP, "cpq-write", -1, "mode cpq: probability that an update runs at the strong level (default: --cpq)")
+	fl.DurationVar(&f.readDelay, "read-delay", 0, "mode cpq: artificial delay before every weak read (CPQ §3.2's comparator)")
+	fl.BoolVar(&f.gamma, "gamma", false, "trace our operations: a running Γ estimate in the progress lines and each row's proportion of positive Γ scores")
+	fl.IntVar(&f.gammaCapacity, "gamma-capacity", 2_000_000, "with --gamma: trace records kept (about 60 bytes each)")
 	return cmd
 }
 
@@ -184,6 +210,7 @@ type target struct {
 	pids  []int
 	note  string
 	procs *children // nil if the bench did not start them
+	trace *client.TraceRecorder
 }
 
 func runLoad(ctx context.Context, out, progress io.Writer, p *loadPlan) error {
@@ -227,6 +254,13 @@ func runLoad(ctx context.Context, out, progress io.Writer, p *loadPlan) error {
 		ours.sys = &loadgen.Correctables{Endpoints: eps}
 		ours.pids = ours.procs.pids()
 		ours.note = "3 serve processes"
+	}
+	if cs, ok := ours.sys.(*loadgen.Correctables); ok {
+		cs.CPQ = p.cpq
+		if p.f.gamma {
+			ours.trace = client.NewTraceRecorder(p.f.gammaCapacity)
+			cs.Trace = ours.trace
+		}
 	}
 	targets := []*target{ours}
 	if p.f.peer == "etcd" {
@@ -283,6 +317,24 @@ func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mod
 	if len(t.pids) > 0 {
 		cfg.OnStart, cfg.OnEnd = procs.Begin, func() {}
 	}
+	var gw *gammaWindow
+	if t.trace != nil {
+		gw = newGammaWindow(t.trace)
+		cfg.ProgressExtra = gw.progress
+		start, end := cfg.OnStart, cfg.OnEnd
+		cfg.OnStart = func() {
+			gw.begin()
+			if start != nil {
+				start()
+			}
+		}
+		cfg.OnEnd = func() {
+			if end != nil {
+				end()
+			}
+			gw.end()
+		}
+	}
 	res, err := loadgen.Run(ctx, t.sys, cfg)
 	if err != nil {
 		if t.procs != nil {
@@ -296,6 +348,9 @@ func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mod
 		res.Server = procs.End()
 	}
 	fmt.Fprintln(progress, "=>", loadgen.Describe(res))
+	if gw != nil {
+		fmt.Fprintln(progress, "  ", gw.summary())
+	}
 	if res.Errors > 0 {
 		fmt.Fprintln(progress, "   errors:", res.ErrorSummary())
 	}

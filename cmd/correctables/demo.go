@@ -156,8 +156,8 @@ func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) error {
 			fmt.Fprintf(w, "  view %-9s %8v  %s%s\n", v.Level, v.Elapsed.Round(time.Millisecond), v.Value, note)
 		}
 		mu.Unlock()
-		fmt.Fprintf(w, "  speculate:  %8v  %v  (fetched %d times, %d aborted)\n",
-			spec.Round(time.Millisecond), ads.Value, fetches.Load(), aborts.Load())
+		fmt.Fprintf(w, "  speculate:  %8v  %v  (fetched %s, %d aborted)\n",
+			spec.Round(time.Millisecond), ads.Value, times(fetches.Load()), aborts.Load())
 
 		// Waiting for the final view, then fetching.
 		start = time.Now()
@@ -178,4 +178,15 @@ func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) error {
 		totalSpec.Round(time.Millisecond), totalWait.Round(time.Millisecond), saved.Round(time.Millisecond),
 		100*float64(saved)/float64(max(totalWait, 1)))
 	return nil
+}
+
+// times says how many times: "once", "twice", "3 times".
+func times[N ~int32 | ~int64 | ~int](n N) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
 }

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -18,73 +15,29 @@ import (
 	"github.com/correctables/correctables/correctable"
 )
 
-// clientFlags are the flags every command that talks to a cluster shares.
-type clientFlags struct {
-	endpoints string
-	data      string
-	timeout   time.Duration
-	json      bool
-}
-
-func (f *clientFlags) register(cmd *cobra.Command) {
-	fl := cmd.Flags()
-	fl.StringVar(&f.endpoints, "endpoints", "", "comma-separated replica addresses (default: <data>/endpoints written by up, else 127.0.0.1:7101-7103)")
-	fl.StringVar(&f.data, "data", "data", "data directory of a running `up`, to find its endpoints")
-	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long")
-	fl.BoolVar(&f.json, "json", false, "print one JSON object per view, for scripts")
-}
-
-func (f *clientFlags) resolve() ([]string, error) {
-	s := f.endpoints
-	if s == "" {
-		if b, err := os.ReadFile(filepath.Join(f.data, endpointsFile)); err == nil {
-			s = strings.TrimSpace(string(b))
-		} else {
-			s = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
-		}
-	}
-	var eps []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	if len(eps) == 0 {
-		return nil, errors.New("--endpoints: no address given")
-	}
-	return eps, nil
-}
-
-func (f *clientFlags) dial(ctx context.Context) (*client.Client, error) {
-	eps, err := f.resolve()
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.Dial(ctx, eps, client.WithDialTimeout(f.timeout))
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s (is `correctables up` running?): %w", strings.Join(eps, ","), err)
-	}
-	return c, nil
-}
-
 const opUsage = `operations:
   get KEY                  put KEY VALUE            delete KEY
   incr KEY [DELTA]         append KEY VALUE         cas KEY EXPECTED NEW
   scan PREFIX [LIMIT]      enqueue QUEUE ITEM       dequeue QUEUE
-(arguments that start with '-' go after '--':  invoke -- incr n -5)`
+A VALUE, ITEM, EXPECTED or NEW of - is read from stdin, @FILE from FILE
+(@@... is a value that starts with @). Keys are not empty; a scan's PREFIX
+may be ("" lists every key). Negative numbers are arguments: incr n -5.`
 
 // opSpec is one operation of the command line: its argument count and how
 // to build it from the arguments.
 type opSpec struct {
 	min, max int
-	build    func(a []string) (client.Op, error)
+	build    func(a []string, v *valueSource) (client.Op, error)
 }
 
 var opSpecs = map[string]opSpec{
-	"get":    {1, 1, func(a []string) (client.Op, error) { return client.Get(a[0]), nil }},
-	"put":    {2, 2, func(a []string) (client.Op, error) { return client.Put(a[0], []byte(a[1])), nil }},
-	"delete": {1, 1, func(a []string) (client.Op, error) { return client.Delete(a[0]), nil }},
-	"incr": {1, 2, func(a []string) (client.Op, error) {
+	"get": {1, 1, func(a []string, _ *valueSource) (client.Op, error) { return client.Get(a[0]), nil }},
+	"put": {2, 2, func(a []string, vs *valueSource) (client.Op, error) {
+		v, err := vs.value(a[1])
+		return client.Put(a[0], v), err
+	}},
+	"delete": {1, 1, func(a []string, _ *valueSource) (client.Op, error) { return client.Delete(a[0]), nil }},
+	"incr": {1, 2, func(a []string, _ *valueSource) (client.Op, error) {
 		d := int64(1)
 		if len(a) == 2 {
 			v, err := strconv.ParseInt(a[1], 10, 64)
@@ -95,11 +48,19 @@ var opSpecs = map[string]opSpec{
 		}
 		return client.Incr(a[0], d), nil
 	}},
-	"append": {2, 2, func(a []string) (client.Op, error) { return client.Append(a[0], []byte(a[1])), nil }},
-	"cas": {3, 3, func(a []string) (client.Op, error) {
-		return client.CAS(a[0], []byte(a[1]), []byte(a[2])), nil
+	"append": {2, 2, func(a []string, vs *valueSource) (client.Op, error) {
+		v, err := vs.value(a[1])
+		return client.Append(a[0], v), err
 	}},
-	"scan": {1, 2, func(a []string) (client.Op, error) {
+	"cas": {3, 3, func(a []string, vs *valueSource) (client.Op, error) {
+		old, err := vs.value(a[1])
+		if err != nil {
+			return client.Op{}, err
+		}
+		v, err := vs.value(a[2])
+		return client.CAS(a[0], old, v), err
+	}},
+	"scan": {1, 2, func(a []string, _ *valueSource) (client.Op, error) {
 		limit := 0
 		if len(a) == 2 {
 			v, err := strconv.Atoi(a[1])
@@ -110,12 +71,16 @@ var opSpecs = map[string]opSpec{
 		}
 		return client.Scan(a[0], limit), nil
 	}},
-	"enqueue": {2, 2, func(a []string) (client.Op, error) { return client.Enqueue(a[0], []byte(a[1])), nil }},
-	"dequeue": {1, 1, func(a []string) (client.Op, error) { return client.Dequeue(a[0]), nil }},
+	"enqueue": {2, 2, func(a []string, vs *valueSource) (client.Op, error) {
+		v, err := vs.value(a[1])
+		return client.Enqueue(a[0], v), err
+	}},
+	"dequeue": {1, 1, func(a []string, _ *valueSource) (client.Op, error) { return client.Dequeue(a[0]), nil }},
 }
 
-// parseOp turns command-line words into an operation.
-func parseOp(args []string) (client.Op, error) {
+// parseOp turns command-line words into an operation; values of - are read
+// from stdin.
+func parseOp(args []string, stdin io.Reader) (client.Op, error) {
 	if len(args) == 0 {
 		return client.Op{}, fmt.Errorf("no operation given\n%s", opUsage)
 	}
@@ -128,14 +93,27 @@ func parseOp(args []string) (client.Op, error) {
 		return client.Op{}, fmt.Errorf("unknown operation %q\n%s", args[0], opUsage)
 	}
 	if len(a) < spec.min || len(a) > spec.max {
-		return client.Op{}, fmt.Errorf("%s takes %d to %d arguments, got %d\n%s", name, spec.min, spec.max, len(a), opUsage)
+		want := strconv.Itoa(spec.min)
+		if spec.max != spec.min {
+			want = fmt.Sprintf("%d or %d", spec.min, spec.max)
+		}
+		return client.Op{}, fmt.Errorf("%s takes %s arguments, got %d\n%s", name, want, len(a), opUsage)
 	}
-	return spec.build(a)
+	if name != "scan" {
+		if err := checkKey(name, a[0]); err != nil {
+			return client.Op{}, err
+		}
+	}
+	return spec.build(a, &valueSource{stdin: stdin})
 }
 
-func newInvokeCmd() *cobra.Command {
-	var cf clientFlags
+func newInvokeCmd(cf *connFlags) *cobra.Command {
 	var weak, strong bool
+	var out outputFormat
+	var cpqP, cpqWriteP float64
+	var readDelay time.Duration
+	var cpqSeed uint64
+	var sf slaFlags
 	cmd := &cobra.Command{
 		Use:   "invoke OPERATION ARGS...",
 		Short: "Run one operation and print every view: preliminary, then final",
@@ -144,27 +122,68 @@ arrives: the level, the time since the invocation, and the value, or
 "confirmed" when the final view equals the preliminary one and came without a
 payload. By default it asks for both views (Correctables' invoke); --weak asks
 for the preliminary view only (invokeWeak), --strong for the final only
-(invokeStrong).
+(invokeStrong). --cpq P draws one of the two levels, strong with
+probability P (continuous partial quorums, CPQ §1; --cpq-write sets another
+probability for updates, --read-delay an artificial delay before a weak read,
+--seed the draw). --session FILE runs the operation within a session kept
+in FILE and prints the guarantees each view satisfies for it; --sla
+cart|password|web|FILE.json reads a key under a consistency-based SLA
+(Pileus §3.3) and prints the subSLA each view met and its utility.
 
 ` + opUsage,
-		Args: cobra.MinimumNArgs(1),
+		// Flags are parsed by parseKeepingNegatives: incr n -5.
+		DisableFlagParsing: true,
+		Args:               cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			op, err := parseOp(args)
+			args, err := parseKeepingNegatives(cmd, args)
+			if err == pflagHelp {
+				return cmd.Help()
+			}
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				return fmt.Errorf("requires at least 1 arg(s), only received 0\n%s", opUsage)
+			}
+			if err := out.check(); err != nil {
+				return err
+			}
+			op, err := parseOp(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
 			if weak && strong {
 				return errors.New("--weak and --strong exclude each other; give neither for both views")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+			if err := sf.check(op, weak, strong, cmd.Flags().Changed("cpq") || cmd.Flags().Changed("cpq-write")); err != nil {
+				return err
+			}
+			var cpq *client.CPQ
+			if f := cmd.Flags(); f.Changed("cpq") || f.Changed("cpq-write") || f.Changed("read-delay") {
+				if weak || strong {
+					return errors.New("--cpq, --cpq-write and --read-delay choose the level: give neither --weak nor --strong")
+				}
+				if !f.Changed("cpq-write") {
+					cpqWriteP = cpqP
+				}
+				if cpq, err = client.NewCPQ(client.CPQConfig{ReadP: cpqP, WriteP: cpqWriteP, ReadDelay: readDelay, Seed: cpqSeed}); err != nil {
+					return err
+				}
+			}
+			ctx, cancel := cf.commandContext(cmd)
 			defer cancel()
 			c, err := cf.dial(ctx)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			if sf.active() {
+				return sf.run(ctx, cmd, c, op, weak, strong, out.json)
+			}
 			var cor *correctable.Correctable[client.Result]
 			switch {
+			case cpq != nil:
+				cor = c.InvokeCPQ(ctx, op, cpq)
 			case weak:
 				cor = c.InvokeWeak(ctx, op)
 			case strong:
@@ -172,12 +191,18 @@ for the preliminary view only (invokeWeak), --strong for the final only
 			default:
 				cor = c.Invoke(ctx, op)
 			}
-			return printViews(cmd.OutOrStdout(), op, cor, cf.json)
+			return printViews(cmd.OutOrStdout(), op, cor, out, cf.commandTimeout)
 		},
 	}
-	cf.register(cmd)
+	cf.registerData(cmd)
+	out.register(cmd)
 	cmd.Flags().BoolVar(&weak, "weak", false, "preliminary view only")
 	cmd.Flags().BoolVar(&strong, "strong", false, "final (strong) view only")
+	cmd.Flags().Float64Var(&cpqP, "cpq", 0, "CPQ: run at the strong level with this probability, else at the weak level (one view)")
+	cmd.Flags().Float64Var(&cpqWriteP, "cpq-write", 0, "CPQ: the strong level's probability for an update (default: --cpq)")
+	cmd.Flags().DurationVar(&readDelay, "read-delay", 0, "CPQ: artificial delay before a weak read")
+	cmd.Flags().Uint64Var(&cpqSeed, "seed", 1, "CPQ: seed of the draw")
+	sf.register(cmd)
 	return cmd
 }
 
@@ -193,23 +218,32 @@ type viewJSON struct {
 	Items     []string `json:"-"`
 }
 
-func printViews(w io.Writer, op client.Op, cor *correctable.Correctable[client.Result], asJSON bool) error {
+// printViews prints the views of an invocation as they come (text or
+// JSON, one line each), or only the last one's result (raw), and returns
+// the invocation's error, or the state machine's refusal, as one line.
+func printViews(w io.Writer, op client.Op, cor *correctable.Correctable[client.Result], format outputFormat, timeout time.Duration) error {
+	var last client.Result
+	var lastReplica uint64
 	for v := range cor.Views() {
 		var replica uint64
 		if st, ok := v.Stamp.(client.Stamp); ok {
 			replica = st.Replica
 		}
-		if asJSON {
-			b, _ := json.Marshal(viewJSON{
-				Level: v.Level.String(), Final: v.Final, Confirmed: v.Confirmed,
-				ElapsedMS: float64(v.Elapsed.Microseconds()) / 1000, Result: resultJSON(v.Value), Replica: replica,
-			})
-			fmt.Fprintln(w, string(b))
+		last, lastReplica = v.Value, replica
+		if format.raw {
 			continue
 		}
-		kind := "preliminary"
-		if v.Final {
-			kind = "final"
+		kind := viewName(v.Level)
+		if format.json {
+			b, _ := json.Marshal(struct {
+				View string `json:"view"`
+				viewJSON
+			}{kind, viewJSON{
+				Level: v.Level.String(), Final: v.Final, Confirmed: v.Confirmed,
+				ElapsedMS: float64(v.Elapsed.Microseconds()) / 1000, Result: kindJSON(op, v.Value), Replica: replica,
+			}})
+			fmt.Fprintln(w, string(b))
+			continue
 		}
 		val := formatResult(op, v.Value)
 		if v.Confirmed {
@@ -218,25 +252,28 @@ func printViews(w io.Writer, op client.Op, cor *correctable.Correctable[client.R
 		fmt.Fprintf(w, "%-11s %-8s %9s  replica %d  %s\n", kind, v.Level, v.Elapsed.Round(10*time.Microsecond), replica, val)
 	}
 	if err := cor.Err(); err != nil {
-		return err
+		return invokeError(op, err, timeout)
 	}
 	// The operation ran but the state machine refused it (a bad argument,
 	// incr on a non-number...): the views said so; the exit code does too.
-	if v, ok := cor.Latest(); ok && v.Value.Err != nil {
-		return fmt.Errorf("%s: %w", op, v.Value.Err)
+	if last.Err != nil {
+		return resultError(op, lastReplica, last.Err)
+	}
+	if format.raw {
+		writeRaw(w, op, last)
 	}
 	return nil
 }
 
 func formatResult(op client.Op, r client.Result) string {
 	if r.Err != nil {
-		return "error: " + r.Err.Error()
+		return "error: " + strings.TrimPrefix(r.Err.Error(), "client: ")
 	}
 	switch op.Kind() {
 	case client.KindPut, client.KindDelete:
 		// Writes return the value they replaced.
 		if r.Found {
-			return fmt.Sprintf("ok (replaced %q)", r.Value)
+			return fmt.Sprintf("ok (replaced %s)", quote(string(r.Value)))
 		}
 		if op.Kind() == client.KindDelete {
 			return "ok (no such key)"
@@ -303,41 +340,65 @@ func resultJSON(r client.Result) map[string]any {
 
 // newGetCmd and newPutCmd are the short forms: one strong operation, the
 // final view only.
-func newGetCmd() *cobra.Command {
-	var cf clientFlags
+func newGetCmd(cf *connFlags) *cobra.Command {
+	var out outputFormat
 	cmd := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Read a key with a strong (linearizable) read",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runStrong(cmd, &cf, client.Get(args[0]))
+			if err := checkKey("get", args[0]); err != nil {
+				return err
+			}
+			return runStrong(cmd, cf, client.Get(args[0]), out)
 		},
 	}
-	cf.register(cmd)
+	cf.registerData(cmd)
+	out.register(cmd)
 	return cmd
 }
 
-func newPutCmd() *cobra.Command {
-	var cf clientFlags
+func newPutCmd(cf *connFlags) *cobra.Command {
+	var out outputFormat
 	cmd := &cobra.Command{
 		Use:   "put KEY VALUE",
-		Short: "Write a key with a strong operation",
-		Args:  cobra.ExactArgs(2),
+		Short: "Write a key with a strong operation (VALUE - reads stdin, @FILE a file)",
+		// Flags are parsed by parseKeepingNegatives: put n -5.
+		DisableFlagParsing: true,
+		Args:               cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runStrong(cmd, &cf, client.Put(args[0], []byte(args[1])))
+			args, err := parseKeepingNegatives(cmd, args)
+			if err == pflagHelp {
+				return cmd.Help()
+			}
+			if err != nil {
+				return err
+			}
+			if len(args) != 2 {
+				return fmt.Errorf("accepts 2 arg(s), received %d: put KEY VALUE", len(args))
+			}
+			op, err := parseOp(append([]string{"put"}, args...), cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			return runStrong(cmd, cf, op, out)
 		},
 	}
-	cf.register(cmd)
+	cf.registerData(cmd)
+	out.register(cmd)
 	return cmd
 }
 
-func runStrong(cmd *cobra.Command, cf *clientFlags, op client.Op) error {
-	ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+func runStrong(cmd *cobra.Command, cf *connFlags, op client.Op, out outputFormat) error {
+	if err := out.check(); err != nil {
+		return err
+	}
+	ctx, cancel := cf.commandContext(cmd)
 	defer cancel()
 	c, err := cf.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return printViews(cmd.OutOrStdout(), op, c.InvokeStrong(ctx, op), cf.json)
+	return printViews(cmd.OutOrStdout(), op, c.InvokeStrong(ctx, op), out, cf.commandTimeout)
 }

@@ -11,7 +11,15 @@ operation returns several results over time: a fast preliminary view from the
 nearest replica and a final, strongly consistent view after consensus.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionString(),
 	}
-	root.AddCommand(newDemoCmd(), newUpCmd(), newInvokeCmd(), newGetCmd(), newPutCmd(), newBenchCmd(), newServeCmd())
+	// Connection flags (conn.go) are global, as etcdctl's are.
+	cf := &connFlags{}
+	cf.registerPersistent(root)
+	root.AddCommand(newDemoCmd(), newUpCmd(), newInvokeCmd(cf), newGetCmd(cf), newPutCmd(cf), newBenchCmd(), newServeCmd(), newSnapshotCmd(cf),
+		newVersionCmd(), newStatusCmd(cf), newScanCmd(cf))
+	root.AddCommand(newCertCmd())
+	root.AddCommand(newCheckCmd())
+	root.AddCommand(newMemberCmd(cf))
 	return root
 }

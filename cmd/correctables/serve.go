@@ -32,6 +32,12 @@ type serveConfig struct {
 	Data    string            `json:"data"`
 	Metrics string            `json:"metrics"`
 	Tick    string            `json:"tick"`
+	// Join: this replica was added with `member add`; with an empty data
+	// directory it learns the cluster from the leader.
+	Join bool `json:"join"`
+	// Transport security (serve_tls.go): certs_dir, cacert, cert, key,
+	// client_cacert, client_cert_auth, insecure.
+	tlsSettings
 }
 
 func parsePeers(s string) (map[string]string, error) {
@@ -63,11 +69,18 @@ replica gets the same --peers list (every replica's id and the address the
 others reach it at, this one included) and its own --id. Clients and peers
 use the same port (--listen).
 
+Off loopback, connections use TLS: --certs-dir holds ca.crt and this
+replica's replica.<id>.crt/.key (see correctables cert). Peers verify each
+other's certificate against the CA and check that it names the replica id
+they claim; clients verify the replica's certificate and may present their
+own (required with --client-cert-auth). Plaintext off loopback needs
+--insecure.
+
   correctables serve --id 1 --listen 0.0.0.0:7101 --data /var/lib/correctables \
-      --peers 1=host1:7101,2=host2:7101,3=host3:7101
+      --certs-dir certs --peers 1=host1:7101,2=host2:7101,3=host3:7101
 
 The same settings can come from a JSON file (--config), e.g.
-  {"id": 1, "listen": "0.0.0.0:7101", "data": "/data",
+  {"id": 1, "listen": "0.0.0.0:7101", "data": "/data", "certs_dir": "/certs",
    "peers": {"1": "host1:7101", "2": "host2:7101", "3": "host3:7101"}}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -102,6 +115,10 @@ The same settings can come from a JSON file (--config), e.g.
 			if fl.Changed("tick") || fc.Tick == "" {
 				fc.Tick = cfg.Tick
 			}
+			if fl.Changed("join") {
+				fc.Join = cfg.Join
+			}
+			fc.tlsSettings = fc.tlsSettings.merge(fl, cfg.tlsSettings)
 			if fl.Changed("peers") || fc.Peers == nil {
 				m, err := parsePeers(peers)
 				if err != nil {
@@ -113,13 +130,15 @@ The same settings can come from a JSON file (--config), e.g.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&file, "config", "", "JSON file with id, listen, data, peers, metrics, tick")
+	f.StringVar(&file, "config", "", "JSON file with id, listen, data, peers, metrics, tick, join")
 	f.Uint64Var(&cfg.ID, "id", 0, "this replica's id (1..n), required")
 	f.StringVar(&peers, "peers", "", "every replica as ID=HOST:PORT, comma-separated, required")
 	f.StringVar(&cfg.Listen, "listen", "", "address to serve clients and peers on (default: this replica's --peers address)")
 	f.StringVar(&cfg.Data, "data", "data", "data directory")
 	f.StringVar(&cfg.Metrics, "metrics", "", "serve Prometheus metrics (/metrics) and Go profiles (/debug/pprof/) on this address (e.g. 127.0.0.1:9101)")
 	f.StringVar(&cfg.Tick, "tick", "10ms", "replica tick (raft heartbeat is 3 ticks, election timeout 30-60 ticks)")
+	f.BoolVar(&cfg.Join, "join", false, "join a running cluster that added this replica (member add): with an empty --data, learn the members and the data from its leader; --peers names this replica and replicas of the cluster")
+	cfg.tlsSettings.register(f)
 	return cmd
 }
 
@@ -144,6 +163,17 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 	if fc.Listen == "" {
 		fc.Listen = peers[fc.ID]
 	}
+	addrs := []string{fc.Listen}
+	for _, a := range peers {
+		addrs = append(addrs, a)
+	}
+	if err := fc.tlsSettings.check(addrs...); err != nil {
+		return err
+	}
+	tlsCfg, err := fc.tlsSettings.server(fc.ID)
+	if err != nil {
+		return err
+	}
 	tick, err := time.ParseDuration(fc.Tick)
 	if err != nil || tick <= 0 {
 		return fmt.Errorf("--tick %q: want a positive duration such as 10ms", fc.Tick)
@@ -157,6 +187,7 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 	s, err := server.New(server.Config{
 		ID: fc.ID, Peers: peers, ClientAddr: fc.Listen, PeerAddr: fc.Listen, Storage: st, Tick: tick,
 		Logger: log, Metrics: server.NewMetrics(reg, strconv.FormatUint(fc.ID, 10)),
+		TLS: tlsCfg, Insecure: fc.Insecure, Join: fc.Join,
 	})
 	if err != nil {
 		st.Close()
@@ -166,7 +197,11 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 		st.Close()
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "correctables: replica %d serving on %s, data in %s\n", fc.ID, s.ClientAddr(), fc.Data)
+	security := "plaintext"
+	if tlsCfg != nil {
+		security = "TLS"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "correctables: replica %d serving on %s (%s), data in %s\n", fc.ID, s.ClientAddr(), security, fc.Data)
 	var hs *http.Server
 	if fc.Metrics != "" {
 		ml, err := net.Listen("tcp", fc.Metrics)
@@ -191,9 +226,22 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	<-sig
+	select {
+	case <-sig:
+	case <-s.Done():
+		// Removed from the cluster (member remove), or the replica failed.
+		if errors.Is(s.Err(), server.ErrRemoved) {
+			// The member remove that removed this replica may have been
+			// sent to it: give its answer a moment to leave.
+			time.Sleep(time.Second)
+		}
+	}
 	if hs != nil {
 		hs.Close()
 	}
-	return s.Stop()
+	stopErr := s.Stop()
+	if err := s.Err(); errors.Is(err, server.ErrRemoved) {
+		return fmt.Errorf("replica %d was removed from the cluster and stopped; its id is never used again (add a replacement under a new id): %w", fc.ID, err)
+	}
+	return stopErr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/correctables/correctables/internal/cluster"
+	"github.com/correctables/correctables/internal/server"
 )
 
 // endpointsFile is where `up` writes the client endpoints so that `invoke`,
@@ -25,6 +27,7 @@ func newUpCmd() *cobra.Command {
 		dir, wan, region, host string
 		replicas, basePort     int
 		verbose                bool
+		sec                    tlsSettings
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -33,6 +36,11 @@ func newUpCmd() *cobra.Command {
 store under --data, talking gRPC on loopback. It prints the client endpoints
 and writes them to <data>/endpoints, where invoke, get and put find them.
 Stop it with Ctrl-C; start it again and the data is still there.
+
+With --certs-dir (see correctables cert) the replicas speak TLS to clients
+and to each other, replica i with <certs-dir>/replica.<i>.crt (or one --cert
+naming every replica id); clients then connect with --cacert (and --cert and
+--key for mutual TLS). --host off loopback needs TLS or --insecure.
 
 With --wan PRESET the replicas are placed in the preset's regions and every
 link (client-replica and replica-replica) gets the round-trip time of the
@@ -49,6 +57,13 @@ or pileus-2013 (England, US-West, India; client region China).`,
 			if region != "" && wan == "" {
 				return fmt.Errorf("--client-region needs --wan")
 			}
+			if err := sec.check(net.JoinHostPort(host, "0")); err != nil {
+				return err
+			}
+			var tlsFor func(uint64) (*server.TLS, error)
+			if sec.enabled() {
+				tlsFor = sec.server
+			}
 			level := slog.LevelWarn
 			if verbose {
 				level = slog.LevelInfo
@@ -56,6 +71,7 @@ or pileus-2013 (England, US-West, India; client region China).`,
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			c, err := cluster.Start(cluster.Options{
 				Dir: dir, Replicas: replicas, Host: host, BasePort: basePort, WAN: wan, ClientRegion: region, Logger: log,
+				TLS: tlsFor, Insecure: sec.Insecure,
 			})
 			if err != nil {
 				return err
@@ -92,7 +108,15 @@ or pileus-2013 (England, US-West, India; client region China).`,
 				c.Stop()
 				return fmt.Errorf("writing endpoints: %w", err)
 			}
-			fmt.Fprintf(out, "try:  go run ./cmd/correctables invoke put k v\n      go run ./cmd/correctables invoke get k\nCtrl-C stops the cluster.\n")
+			flags := ""
+			if sec.enabled() {
+				flags = " --cacert " + filepath.Join(sec.CertsDir, "ca.crt")
+				if sec.CACert != "" {
+					flags = " --cacert " + sec.CACert
+				}
+				flags += " --cert CLIENT.crt --key CLIENT.key"
+			}
+			fmt.Fprintf(out, "try:  go run ./cmd/correctables%s invoke put k v\n      go run ./cmd/correctables%s invoke get k\nCtrl-C stops the cluster.\n", flags, flags)
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			<-sig
@@ -109,5 +133,6 @@ or pileus-2013 (England, US-West, India; client region China).`,
 	f.StringVar(&wan, "wan", "", "emulate a WAN from a preset: ec2-2016 or pileus-2013")
 	f.StringVar(&region, "client-region", "", "region the printed endpoints are seen from (with --wan)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log replica events")
+	sec.register(f)
 	return cmd
 }

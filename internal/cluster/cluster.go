@@ -39,12 +39,28 @@ type Options struct {
 	// ClientRegion is the region clients dial from (with WAN). Default: the
 	// first replica's region.
 	ClientRegion string
+	// Placement, with WAN, is the region of each replica (len Replicas);
+	// default: replica i in the preset's i-th region. Several replicas may
+	// share a region (for example a primary site of three replicas).
+	Placement []string
+	// ReplicationDelay adds a one-way delay to every message other replicas
+	// send to the listed replicas (by id): raft, gossip and anti-entropy
+	// reach them late, as Pileus's secondaries that pull from the primary
+	// periodically (SOSP'13 §5.1). Clients are not delayed. Each delay is
+	// at most netem.MaxLatency less the link's own; SetReplicationDelay
+	// changes it while the cluster runs. Empty: no delay (the default).
+	ReplicationDelay map[uint64]time.Duration
 	// Tick and ElectionTicks tune the replicas (see server.Config).
 	Tick          time.Duration
 	ElectionTicks int
 	// NoSync disables fsync (tests and benchmarks only).
 	NoSync bool
 	Logger *slog.Logger
+	// TLS, if set, returns replica id's TLS configuration (see
+	// server.TLS); Insecure allows plaintext off loopback (see
+	// server.Config).
+	TLS      func(id uint64) (*server.TLS, error)
+	Insecure bool
 }
 
 // Cluster is a running in-process cluster.
@@ -58,6 +74,16 @@ type Cluster struct {
 	ClientRegion string
 	Net          *netem.Network
 	opts         Options
+	// delayed holds, per delayed replica id, the proxies its peers send
+	// through.
+	delayed map[uint64][]delayLink
+}
+
+// delayLink is one peer's link to a delayed replica: a proxy whose latency
+// is the link's own one-way latency plus the replication delay.
+type delayLink struct {
+	base time.Duration
+	p    *netem.Proxy
 }
 
 // Start starts the cluster, recovering each replica from its directory.
@@ -108,10 +134,21 @@ func Start(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		regions := topo.Regions()
-		if len(regions) < n {
-			return nil, fmt.Errorf("cluster: preset %s has %d regions for %d replicas", opts.WAN, len(regions), n)
+		if len(regions) < n && len(opts.Placement) == 0 {
+			return nil, fmt.Errorf("cluster: preset %s has %d regions for %d replicas (give a Placement)", opts.WAN, len(regions), n)
 		}
-		c.Regions = regions[:n]
+		c.Regions = regions[:min(n, len(regions))]
+		if len(opts.Placement) > 0 {
+			if len(opts.Placement) != n {
+				return nil, fmt.Errorf("cluster: placement lists %d regions for %d replicas", len(opts.Placement), n)
+			}
+			for _, r := range opts.Placement {
+				if !topo.Has(r) {
+					return nil, fmt.Errorf("cluster: placement region %q is not in preset %s (regions: %s)", r, opts.WAN, strings.Join(regions, ", "))
+				}
+			}
+			c.Regions = append([]string(nil), opts.Placement...)
+		}
 		if opts.ClientRegion == "" {
 			opts.ClientRegion = c.Regions[0]
 		}
@@ -122,11 +159,9 @@ func Start(opts Options) (*Cluster, error) {
 		for i := range n {
 			reps = append(reps, netem.Replica{Name: name(i), Region: c.Regions[i], Addr: listen[i]})
 		}
-		sources := append([]string{}, c.Regions...)
-		if !contains(sources, opts.ClientRegion) {
-			sources = append(sources, opts.ClientRegion)
-		}
-		nw, err := netem.NewNetwork(netem.NetworkConfig{Topology: topo, Replicas: reps, Sources: sources})
+		// Every region is a source, so that clients may dial from any
+		// (EndpointsFrom).
+		nw, err := netem.NewNetwork(netem.NetworkConfig{Topology: topo, Replicas: reps, Sources: regions})
 		if err != nil {
 			return nil, err
 		}
@@ -150,6 +185,20 @@ func Start(opts Options) (*Cluster, error) {
 	}
 	c.opts = opts
 	c.ClientRegion = opts.ClientRegion
+	if err := c.delayPeers(listen); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	basePeers := peersOf
+	peersOf = func(i int) map[uint64]string {
+		m := basePeers(i)
+		for j, links := range c.delayed {
+			if j != uint64(i+1) {
+				m[j] = links[i].p.Addr()
+			}
+		}
+		return m
+	}
 	for i := range n {
 		id := uint64(i + 1)
 		dir := filepath.Join(opts.Dir, name(i))
@@ -162,9 +211,18 @@ func Start(opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("cluster: replica %d: %w", id, err)
 		}
+		var tlsCfg *server.TLS
+		if opts.TLS != nil {
+			if tlsCfg, err = opts.TLS(id); err != nil {
+				st.Close()
+				c.Stop()
+				return nil, fmt.Errorf("cluster: replica %d: %w", id, err)
+			}
+		}
 		s, err := server.New(server.Config{
 			ID: id, Peers: peersOf(i), ClientAddr: listen[i], PeerAddr: listen[i], Storage: st,
 			Tick: opts.Tick, ElectionTicks: opts.ElectionTicks, Logger: opts.Logger,
+			TLS: tlsCfg, Insecure: opts.Insecure,
 		})
 		if err != nil {
 			st.Close()
@@ -190,7 +248,83 @@ func (c *Cluster) Stop() error {
 	if c.Net != nil {
 		errs = append(errs, c.Net.Close())
 	}
+	for _, links := range c.delayed {
+		for _, l := range links {
+			if l.p != nil {
+				errs = append(errs, l.p.Close())
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// delayPeers starts, for every replica with a replication delay, one proxy
+// per other replica through which that replica's messages reach it. A peer
+// stream carries messages one way (the receiver answers on its own
+// stream), so only messages towards the delayed replica are late.
+func (c *Cluster) delayPeers(listen []string) error {
+	n := len(listen)
+	for id, d := range c.opts.ReplicationDelay {
+		if id < 1 || id > uint64(n) {
+			return fmt.Errorf("cluster: replication delay for replica %d of %d", id, n)
+		}
+		if c.delayed == nil {
+			c.delayed = map[uint64][]delayLink{}
+		}
+		links := make([]delayLink, n)
+		c.delayed[id] = links
+		for i := range n {
+			if uint64(i+1) == id {
+				continue
+			}
+			base := c.RTT(uint64(i+1), id) / 2
+			p, err := netem.NewProxy(listen[id-1], netem.Config{Latency: base, MaxChunksInFlight: 1 << 14})
+			if err != nil {
+				return fmt.Errorf("cluster: delayed link %d -> %d: %w", i+1, id, err)
+			}
+			links[i] = delayLink{base: base, p: p}
+		}
+		if err := c.SetReplicationDelay(id, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetReplicationDelay changes the delay of messages towards replica id,
+// which must have been given a delay (possibly zero) in
+// Options.ReplicationDelay. It applies to bytes sent from now on.
+func (c *Cluster) SetReplicationDelay(id uint64, d time.Duration) error {
+	links, ok := c.delayed[id]
+	if !ok {
+		return fmt.Errorf("cluster: replica %d has no delayed links (set Options.ReplicationDelay)", id)
+	}
+	for _, l := range links {
+		if l.p == nil {
+			continue
+		}
+		if err := l.p.SetLatency(l.base + d); err != nil {
+			return fmt.Errorf("cluster: replication delay %v towards replica %d: %w", d, id, err)
+		}
+	}
+	return nil
+}
+
+// EndpointsFrom returns what a client in region dials, one endpoint per
+// replica (with WAN; without, the replicas' own addresses).
+func (c *Cluster) EndpointsFrom(region string) ([]string, error) {
+	if c.Net == nil {
+		return append([]string(nil), c.Endpoints...), nil
+	}
+	out := make([]string, len(c.Servers))
+	for j := range out {
+		a, err := c.Net.Addr(region, name(j))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		out[j] = a
+	}
+	return out, nil
 }
 
 func name(i int) string { return "r" + strconv.Itoa(i+1) }

@@ -20,6 +20,10 @@ type Config struct {
 	// Peers lists every replica's raft id, this one included, for a fresh
 	// cluster. Ignored when Storage already holds a configuration.
 	Peers []uint64
+	// Join: with empty storage, bootstrap nothing and wait for the leader
+	// of an existing cluster (which added this node with a configuration
+	// change) to send its log or a snapshot.
+	Join bool
 	// Storage is the durable raft log. The caller appends Ready.Entries and
 	// Ready.HardState to it before sending Ready.Messages.
 	Storage raft.Storage
@@ -121,6 +125,9 @@ func New(cfg Config) (*Node, error) {
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		Logger:                    cfg.Logger,
+		// A leader removed from the configuration steps down at once, so
+		// that the others elect a new one.
+		StepDownOnRemoval: true,
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {
@@ -136,7 +143,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	// A fresh cluster bootstraps. A restarted replica finds its log (and
 	// replays its configuration changes from it, or from a snapshot).
-	if last == 0 && len(cs.GetVoters()) == 0 {
+	if last == 0 && len(cs.GetVoters()) == 0 && !cfg.Join {
 		if len(cfg.Peers) == 0 {
 			return nil, errors.New("consensus: empty storage and no Peers to bootstrap with")
 		}
@@ -238,6 +245,12 @@ func (n *Node) Step(m *raftpb.Message) error {
 // raft.ErrProposalDropped when there is no known leader or the leader's
 // uncommitted budget is full; the caller retries.
 func (n *Node) Propose(data []byte) error { return n.rn.Propose(data) }
+
+// ProposeConfChange proposes a configuration change through the leader. The
+// leader drops it (raft turns it into an empty entry) while an earlier
+// change is not applied yet, or, for a change, while the configuration is
+// joint; the caller watches the configuration to see it take effect.
+func (n *Node) ProposeConfChange(cc raftpb.ConfChangeI) error { return n.rn.ProposeConfChange(cc) }
 
 // ReadIndex asks for a linearizable read point; the answer arrives as a
 // raft.ReadState in a later Ready, carrying rctx. Without a leader the request

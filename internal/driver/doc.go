@@ -10,7 +10,12 @@
 // snapshot and compact the log if the replica asked for one; then send the
 // messages; then deliver the views; then Advance. Nothing is acknowledged
 // (no view leaves, no message about an operation is sent) before it is
-// durable.
+// durable. The one exception is a leader's appends and heartbeats
+// (Ready.Early), sent before its write as etcd does: raft counts the
+// leader's own copy of an entry only once Advance says it is written, and a
+// leader puts none of its own operations in an entry before they are
+// durable, so a crash of the leader mid-write loses nothing a follower
+// holds that its origin could reuse.
 //
 // Group commit happens above the driver: the runtime feeds the replica
 // every input that is queued (client submissions, peer messages, ticks), up

@@ -89,6 +89,15 @@ func (d *Driver) HandleReady() error {
 			return err
 		}
 		round.Readies++
+		// A leader's appends and heartbeats go out while it writes (raft
+		// thesis §10.2.1, as etcd does): its followers persist in parallel
+		// with it. Raft counts the leader's own copy of an entry only after
+		// Advance, and the leader puts none of its own operations in an
+		// entry before they are durable (see replica.Ready.Early).
+		for _, m := range rd.Early {
+			d.cfg.Send(m)
+		}
+		round.Messages += len(rd.Early)
 		if len(rd.Entries) > 0 || len(rd.Persist) > 0 || (rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState)) ||
 			(rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)) {
 			start := time.Now()

@@ -111,8 +111,8 @@ func CheckLinearizable(records []Record, committed []OpID, timeout time.Duration
 // committed, since their final view is their result at their committed
 // position). It feeds porcupine:
 //
-//   - every record with a final view, except weak operations without an ID
-//     (weak reads, which are checked by CheckWeakViews instead), over
+//   - every record with a final view, except weak reads (checked by
+//     CheckWeakViews instead), over
 //     [Invoke, time of the final view] with the final view's result;
 //   - every write without a final view that may have taken effect, as
 //     pending: it may take effect at any time after its invocation, with any
@@ -193,8 +193,8 @@ func linearizableOps(records []Record, committed []OpID) ([]porcupine.Operation,
 	var ops []porcupine.Operation
 	for i := range records {
 		rec := &records[i]
-		if !rec.Strong && rec.ID.IsZero() {
-			continue
+		if !rec.Strong && rec.ID.IsZero() && rec.Op.ReadOnly() {
+			continue // a weak read: CheckWeakViews checks it
 		}
 		if f := rec.final(); f >= 0 {
 			if rec.Views[f].At < rec.Invoke {

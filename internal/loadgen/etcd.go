@@ -63,6 +63,9 @@ func (c *etcdConn) Bytes() (LinkBytes, bool) {
 }
 
 func (c *etcdConn) Do(ctx context.Context, op Op, mode Mode) (Sample, error) {
+	if mode == CPQ {
+		return Sample{}, errors.New("etcd: mode cpq runs on our store only")
+	}
 	start := time.Now()
 	var err error
 	if op.Read {

@@ -49,6 +49,9 @@ type Config struct {
 	// OnStart and OnEnd, if set, are called just before and just after
 	// the measured window (to read the servers' CPU time).
 	OnStart, OnEnd func()
+	// ProgressExtra, if set, is called once a second and its result
+	// appended to the progress line (an online Γ estimate).
+	ProgressExtra func() string
 }
 
 func (c *Config) validate() error {
@@ -72,7 +75,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("value size %d: want 0 or more", c.ValueSize))
 	}
 	switch c.Mode {
-	case Strong, Weak, Invoke:
+	case Strong, Weak, Invoke, CPQ:
 	default:
 		errs = append(errs, fmt.Errorf("unknown mode %q", c.Mode))
 	}
@@ -406,8 +409,12 @@ loop:
 				if phase.Load() == phaseMeasure {
 					name = "measure"
 				}
-				fmt.Fprintf(cfg.Progress, "%s %3.0fs %-7s ops %d  %.0f ops/s  errors %d\n", cfg.Label,
-					now.Sub(start).Seconds(), name, n, float64(n-lastOps)/now.Sub(lastTick).Seconds(), totalErrs.Load())
+				extra := ""
+				if cfg.ProgressExtra != nil {
+					extra = "  " + cfg.ProgressExtra()
+				}
+				fmt.Fprintf(cfg.Progress, "%s %3.0fs %-7s ops %d  %.0f ops/s  errors %d%s\n", cfg.Label,
+					now.Sub(start).Seconds(), name, n, float64(n-lastOps)/now.Sub(lastTick).Seconds(), totalErrs.Load(), extra)
 				lastOps, lastTick = n, now
 			}
 		}

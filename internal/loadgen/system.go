@@ -63,6 +63,13 @@ type Correctables struct {
 	Endpoints []string
 	// Options are passed to client.Dial.
 	Options []client.Option
+	// CPQ configures the policy of mode CPQ; connection i draws with
+	// CPQ.Seed+i.
+	CPQ client.CPQConfig
+	// Trace, if set, records every connection's gets and puts.
+	Trace *client.TraceRecorder
+
+	dialed atomic.Uint64
 }
 
 func (s *Correctables) Name() string { return "correctables" }
@@ -77,16 +84,27 @@ func (s *Correctables) Dial(ctx context.Context) (Conn, error) {
 			n.Add(1)
 		}
 	})
-	c, err := client.Dial(ctx, s.Endpoints, append(slices.Clone(s.Options), trace)...)
+	opts := append(slices.Clone(s.Options), trace)
+	if s.Trace != nil {
+		opts = append(opts, client.WithTraceRecorder(s.Trace))
+	}
+	pcfg := s.CPQ
+	pcfg.Seed += s.dialed.Add(1) - 1
+	pol, err := client.NewCPQ(pcfg)
 	if err != nil {
 		return nil, err
 	}
-	cc.c = c
+	c, err := client.Dial(ctx, s.Endpoints, opts...)
+	if err != nil {
+		return nil, err
+	}
+	cc.c, cc.cpq = c, pol
 	return cc, nil
 }
 
 type correctablesConn struct {
-	c *client.Client
+	c   *client.Client
+	cpq *client.CPQ // mode CPQ's policy
 	// routes counts the operations per endpoint they ended at (the map is
 	// not modified after Dial).
 	routes map[string]*atomic.Uint64
@@ -124,6 +142,8 @@ func (c *correctablesConn) Do(ctx context.Context, op Op, mode Mode) (Sample, er
 		cor = c.c.InvokeWeak(ctx, cop)
 	case Invoke:
 		cor = c.c.Invoke(ctx, cop)
+	case CPQ:
+		cor = c.c.InvokeCPQ(ctx, cop, c.cpq)
 	default:
 		return Sample{}, fmt.Errorf("unknown mode %q", mode)
 	}
@@ -138,7 +158,7 @@ func (c *correctablesConn) Do(ctx context.Context, op Op, mode Mode) (Sample, er
 		if err != nil {
 			return s, err
 		}
-		if mode == Weak {
+		if mode == Weak || (mode == CPQ && v.Level != correctable.Strong) {
 			s.HasPrelim, s.Prelim = true, v.Elapsed
 		} else {
 			s.HasFinal, s.Final = true, v.Elapsed

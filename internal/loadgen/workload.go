@@ -37,11 +37,13 @@ func ParseWorkload(name string) (Workload, error) {
 type Mode string
 
 // The modes: the final view only (client InvokeStrong), the preliminary
-// view only (InvokeWeak), or both (Invoke).
+// view only (InvokeWeak), both (Invoke), or one view at the level a CPQ
+// policy draws (client InvokeCPQ; our store only).
 const (
 	Strong Mode = "strong"
 	Weak   Mode = "weak"
 	Invoke Mode = "invoke"
+	CPQ    Mode = "cpq"
 )
 
 // ParseModes parses a comma-separated list of modes.
@@ -54,14 +56,14 @@ func ParseModes(s string) ([]Mode, error) {
 		}
 		m := Mode(part)
 		switch m {
-		case Strong, Weak, Invoke:
+		case Strong, Weak, Invoke, CPQ:
 		default:
-			return nil, fmt.Errorf("unknown mode %q (want strong, weak or invoke)", part)
+			return nil, fmt.Errorf("unknown mode %q (want strong, weak, invoke or cpq)", part)
 		}
 		out = append(out, m)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no mode in %q (want strong, weak or invoke)", s)
+		return nil, fmt.Errorf("no mode in %q (want strong, weak, invoke or cpq)", s)
 	}
 	return out, nil
 }

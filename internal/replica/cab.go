@@ -14,7 +14,7 @@ import "slices"
 // hold the whole context (after a restart, some of it may be missing until
 // gossip or the log brings it back) it waits and the retry proposes later.
 func (r *Replica) propose(req *Req) {
-	if !r.vv.Covers(req.Ctx) || !r.durable(req) {
+	if !r.vv.Covers(req.Ctx) || req.ID.Seq > r.proposable() {
 		return
 	}
 	var ops []*Req
@@ -88,7 +88,7 @@ func (r *Replica) proposeNoop() {
 	var ops []*Req
 	blocked := map[uint64]bool{}
 	for _, q := range all {
-		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) || !r.durable(q) {
+		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) || (q.ID.Origin == r.cfg.ID && q.ID.Seq > r.proposable()) {
 			blocked[q.ID.Origin] = true
 			continue
 		}
@@ -106,9 +106,11 @@ func (r *Replica) proposeNoop() {
 // goes in its own entries, with its context). Called as soon as NoopBatch
 // of them wait, so that under load weak operations commit at the rate they
 // arrive instead of a no-op period's worth at a time.
+//
+// Which own operations may go into an entry: see proposable.
 func (r *Replica) proposeOwn() {
 	var ops []*Req
-	for s := max(r.ownProposed, r.committedVV[r.cfg.ID]) + 1; s <= r.durableOwn; s++ {
+	for s := max(r.ownProposed, r.committedVV[r.cfg.ID]) + 1; s <= r.proposable(); s++ {
 		q, ok := r.Op(OpID{r.cfg.ID, s})
 		if !ok || q.Strong {
 			break
@@ -122,20 +124,28 @@ func (r *Replica) proposeOwn() {
 	}
 }
 
-// durable reports whether an operation may go into an entry: any other
-// replica's (its origin persisted it before sending it), or one of this
-// replica's own that the driver has made durable.
-func (r *Replica) durable(q *Req) bool {
-	return q.ID.Origin != r.cfg.ID || q.ID.Seq <= r.durableOwn
+// proposable returns the highest own sequence number this replica may put
+// in an entry now. A follower may propose everything it holds: its
+// proposal leaves as a message of a Ready, which the driver sends only after
+// it has written the operations that Ready persists. A leader proposes only
+// what is durable (durableOwn), because it sends its appends before its own
+// write (Ready.Early): otherwise a leader killed mid-write could leave a
+// follower holding an operation its origin lost, and reuse the id.
+func (r *Replica) proposable() uint64 {
+	if r.node.IsLeader() {
+		return r.durableOwn
+	}
+	return r.seq
 }
 
-// proposeDurable proposes what waited for this replica's own operations to
-// become durable: strong operations, and the own weak operations once
-// NoopBatch of them wait for an entry.
+// proposeDurable proposes the own strong operations submitted and the own
+// weak operations once NoopBatch of them wait for an entry, as far as
+// proposable allows.
 func (r *Replica) proposeDurable() {
+	upTo := r.proposable()
 	n := 0
 	for _, q := range r.toPropose {
-		if q.ID.Seq > r.durableOwn {
+		if q.ID.Seq > upTo {
 			break
 		}
 		if _, pending := r.pendingStrong[q.ID]; pending {
@@ -144,15 +154,16 @@ func (r *Replica) proposeDurable() {
 		n++
 	}
 	r.toPropose = r.toPropose[n:]
-	if r.durableOwn-min(r.durableOwn, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch) {
+	if upTo-min(upTo, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch) {
 		r.proposeOwn()
 	}
 }
 
 // proposalsDue reports whether proposeDurable has something to propose.
 func (r *Replica) proposalsDue() bool {
-	return (len(r.toPropose) > 0 && r.toPropose[0].ID.Seq <= r.durableOwn) ||
-		r.durableOwn-min(r.durableOwn, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch)
+	upTo := r.proposable()
+	return (len(r.toPropose) > 0 && r.toPropose[0].ID.Seq <= upTo) ||
+		upTo-min(upTo, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch)
 }
 
 // recentlyProposed reports whether this replica put the operation in an
@@ -163,6 +174,11 @@ func (r *Replica) recentlyProposed(id OpID) bool {
 }
 
 func (r *Replica) proposeEntry(e entry) {
+	if up := r.proposable(); slices.ContainsFunc(e.Ops, func(q *Req) bool { return q.ID.Origin == r.cfg.ID && q.ID.Seq > up }) {
+		// Unreachable by construction (every caller checks proposable); a
+		// leader must not send an own operation that is not durable yet.
+		return
+	}
 	for _, q := range e.Ops {
 		r.proposedAt[q.ID] = r.ticks
 		if q.ID.Origin == r.cfg.ID && q.ID.Seq > r.ownProposed {

@@ -24,14 +24,14 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 		if err := proto.Unmarshal(ent.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: conf change at %d: %w", ent.GetIndex(), err)
 		}
-		r.confState = r.node.ApplyConfChange(&cc)
+		r.applyConfChange(ent.GetIndex(), &cc, true)
 		return nil
 	case raftpb.EntryConfChangeV2:
 		var cc raftpb.ConfChangeV2
 		if err := proto.Unmarshal(ent.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: conf change at %d: %w", ent.GetIndex(), err)
 		}
-		r.confState = r.node.ApplyConfChange(&cc)
+		r.applyConfChange(ent.GetIndex(), &cc, false)
 		return nil
 	}
 	if len(ent.GetData()) == 0 {

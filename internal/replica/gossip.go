@@ -3,7 +3,6 @@ package replica
 import (
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // Reliable broadcast of operations (Creek §3.2, Algorithm 1, the weak path):
@@ -19,7 +18,7 @@ func (r *Replica) Step(m Message) error {
 		return r.node.Step(m.Raft)
 	case MsgOps:
 		for _, q := range m.Ops {
-			if q == nil || q.ID.Origin == 0 || !slices.Contains(r.cfg.Peers, q.ID.Origin) {
+			if q == nil || q.ID.Origin == 0 || !r.knownOrigin(q.ID.Origin) {
 				return fmt.Errorf("replica: operation from unknown origin in message from %d", m.From)
 			}
 			if q.ID.Seq <= r.vv[q.ID.Origin] {
@@ -48,7 +47,7 @@ func (r *Replica) gossipNew() {
 	for _, chunk := range r.chunks(r.newOwn) {
 		for len(chunk) > 0 {
 			n := min(len(chunk), r.cfg.MaxOpsPerMsg)
-			for _, p := range r.cfg.Peers {
+			for _, p := range r.memberIDs {
 				if p != r.cfg.ID {
 					r.send(Message{Type: MsgOps, To: p, Ops: chunk[:n]})
 				}

@@ -398,6 +398,11 @@ func (e *interactionEnv) processReady(t *testing.T, n *interactionNode, b *strin
 			fmt.Fprintf(b, "  error: %v\n", err)
 			return
 		}
+		for _, m := range rd.Early {
+			fmt.Fprintf(b, "  %s (before the write)\n", fmtMsg(m))
+			to := e.nodes[m.To]
+			to.inbox = append(to.inbox, copyMsg(t, m))
+		}
 		if !raft.IsEmptyHardState(rd.HardState) {
 			hs := rd.HardState
 			fmt.Fprintf(b, "  HardState term=%d vote=%d commit=%d\n", hs.GetTerm(), hs.GetVote(), hs.GetCommit())

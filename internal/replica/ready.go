@@ -26,6 +26,7 @@ func (r *Replica) Ready() (Ready, error) {
 			if err := r.restore(rrd.Snapshot); err != nil {
 				return Ready{}, err
 			}
+			r.stats.SnapshotsReceived++
 		}
 		for _, ent := range rrd.CommittedEntries {
 			if err := r.apply(ent); err != nil {
@@ -45,8 +46,24 @@ func (r *Replica) Ready() (Ready, error) {
 		rd.Entries = rrd.Entries
 		rd.Snapshot = rrd.Snapshot
 		msgs := make([]Message, 0, len(rrd.Messages)+len(rd.Messages))
+		// Early sending needs the term and vote it acts on to be durable: a
+		// node that became leader in this very Ready (a single voter) must
+		// write them first, or a crash could make it lead the same term twice.
+		leader := r.node.IsLeader()
+		if hs := rrd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
+			if hs.GetTerm() != r.hsTerm || hs.GetVote() != r.hsVote {
+				leader = false
+			}
+			r.hsTerm, r.hsVote = hs.GetTerm(), hs.GetVote()
+		}
 		for _, m := range rrd.Messages {
-			msgs = append(msgs, Message{Type: MsgRaft, From: r.cfg.ID, To: m.GetTo(), Raft: m})
+			msg := Message{Type: MsgRaft, From: r.cfg.ID, To: m.GetTo(), Raft: m}
+			if t := m.GetType(); leader && (t == raftpb.MsgApp || t == raftpb.MsgHeartbeat) {
+				// Early: the leader's followers write in parallel with it.
+				rd.Early = append(rd.Early, msg)
+				continue
+			}
+			msgs = append(msgs, msg)
 		}
 		rd.Messages = append(msgs, rd.Messages...)
 		rd.raft = &rrd

@@ -26,9 +26,16 @@ var (
 // Config configures a Replica. validate fills defaults.
 type Config struct {
 	// ID is this replica's id (non-zero); Peers lists every replica, this
-	// one included.
+	// one included, for a cluster bootstrapped with them. Once the replica
+	// has a configuration (from the log or a snapshot) its members are
+	// that configuration's (see Members).
 	ID    uint64
 	Peers []uint64
+	// Join starts a replica that an existing cluster has added (or will
+	// add) with a membership change: with empty storage it bootstraps
+	// nothing and learns the configuration from the leader's log or
+	// snapshot. Peers may then be empty.
+	Join bool
 	// Storage is the durable raft log, shared with the driver, which appends
 	// Ready.Entries and Ready.HardState to it.
 	Storage raft.Storage
@@ -93,7 +100,7 @@ func (c *Config) validate() error {
 	if c.ID == 0 {
 		return errors.New("replica: config: ID must be non-zero")
 	}
-	if !slices.Contains(c.Peers, c.ID) {
+	if !c.Join && !slices.Contains(c.Peers, c.ID) {
 		return fmt.Errorf("replica: config: Peers %v must include ID %d", c.Peers, c.ID)
 	}
 	if c.Storage == nil || c.Clock == nil || c.Rand == nil {
@@ -137,8 +144,12 @@ type Ready struct {
 	// CreateSnapshot, if set, asks the driver to store a snapshot and
 	// compact the log (after persisting the rest of this Ready).
 	CreateSnapshot *SnapshotRequest
-	Messages       []Message
-	Views          []View
+	// Early are a leader's appends and heartbeats, which the driver sends
+	// before it persists: they carry no operation of this replica that is
+	// not durable yet.
+	Early    []Message
+	Messages []Message
+	Views    []View
 
 	raft *raft.Ready
 }
@@ -152,6 +163,7 @@ type Stats struct {
 	StrongCommitted   int // own strong operations that got a stable view
 	StrongAccurate    int // ... whose stable result equalled the tentative one
 	TentativeMaxDepth int // longest tentative list seen
+	SnapshotsReceived int // snapshots received through raft (catch-up)
 }
 
 // waiter is a client waiting for the stable view of an operation.
@@ -213,6 +225,15 @@ type Replica struct {
 	snapIndex     uint64
 	results       map[uint64][]committedResult
 	confState     *raftpb.ConfState
+	// Membership (member.go): the members by id, the peer addresses the
+	// log announced, the ids removed; memberGen changes with any of them.
+	memberIDs  []uint64
+	addrs      map[uint64]string
+	removedIDs map[uint64]bool
+	memberGen  uint64
+	// confSnap: a configuration change was applied since the last
+	// snapshot (see applyConfChange).
+	confSnap bool
 	// lastTS is the largest timestamp this replica knows each origin has
 	// issued with every earlier operation received (for stable time).
 	lastTS map[uint64]uint64
@@ -243,10 +264,15 @@ type Replica struct {
 	snapTick       int
 	// ownProposed is the highest own sequence number put in an entry since
 	// the last leader change; durableOwn the highest the driver persisted
-	// (Advance); toPropose the own strong operations waiting for that.
+	// (Advance); toPropose the own strong operations a leader holds back
+	// until they are durable (proposeDurable).
 	ownProposed uint64
 	durableOwn  uint64
 	toPropose   []*Req
+	// hsTerm and hsVote are the term and vote of the last hard state handed
+	// to the driver (durable by the next Ready): a leader sends early only
+	// in a Ready that does not change them.
+	hsTerm, hsVote uint64
 
 	out   Ready
 	stats Stats
@@ -275,8 +301,11 @@ func New(cfg Config) (*Replica, error) {
 		pendingStrong: map[OpID]int{},
 		reads:         map[uint64]*pendingRead{},
 		readBatches:   map[uint64]*readBatch{},
+		addrs:         map[uint64]string{},
+		removedIDs:    map[uint64]bool{},
 	}
 	r.keys.reset()
+	r.refreshMembers()
 	r.incarnation = cfg.Rand.Uint64()
 	// Recovery: the snapshot in storage is the starting point; then the
 	// log entries known committed (up to the durable commit index) are
@@ -294,6 +323,7 @@ func New(cfg Config) (*Replica, error) {
 	r.node, err = consensus.New(consensus.Config{
 		ID:             cfg.ID,
 		Peers:          cfg.Peers,
+		Join:           cfg.Join,
 		Storage:        cfg.Storage,
 		Applied:        commit,
 		ElectionTicks:  cfg.ElectionTicks,
@@ -306,8 +336,13 @@ func New(cfg Config) (*Replica, error) {
 	if err := r.replay(commit); err != nil {
 		return nil, err
 	}
+	if r.Removed() {
+		return nil, fmt.Errorf("%w: replica %d (its log says so); a removed id never rejoins: start a new replica under a new id", ErrRemoved, cfg.ID)
+	}
 	r.seq = r.vv[cfg.ID]
 	defer func() { r.durableOwn = r.seq }() // everything recovered is durable
+	st := r.node.Status()
+	r.hsTerm, r.hsVote = st.GetTerm(), st.GetVote()
 	for _, req := range cfg.OwnOps {
 		if req.ID.Origin != cfg.ID {
 			return nil, fmt.Errorf("replica: persisted own operation %v is not this replica's", req.ID)
@@ -433,7 +468,7 @@ func (r *Replica) stamp() Stamp {
 // replica has arrived here.
 func (r *Replica) stableTime() uint64 {
 	var min uint64
-	for i, p := range r.cfg.Peers {
+	for i, p := range r.memberIDs {
 		ts := r.lastTS[p]
 		if p == r.cfg.ID {
 			ts = r.clk.Peek()

@@ -26,8 +26,9 @@ type SnapshotRequest struct {
 }
 
 // snapshotVersion 2 added the clock reading; 3 keeps large results as
-// digests. Version 2 snapshots still restore.
-const snapshotVersion = 3
+// digests; 4 adds the membership (peer addresses, removed ids) after the
+// state. Versions 2 and 3 still restore.
+const snapshotVersion = 4
 
 // maxKeptResult bounds the encoded size of a stable result kept whole for
 // snapshots; a larger one (a put that replaced a large value) is kept as
@@ -90,7 +91,8 @@ func (r *Replica) snapshotData() ([]byte, error) {
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(stBytes)))
-	return append(b, stBytes...), nil
+	b = append(b, stBytes...)
+	return r.appendMembership(b), nil
 }
 
 // committedResult is the stable result of a committed operation, kept for
@@ -148,7 +150,7 @@ func (r *Replica) snapshotDue() bool {
 		return false
 	}
 	return r.applied-r.snapIndex >= uint64(r.cfg.SnapshotEntries) || r.bytesSinceSnap >= r.cfg.SnapshotBytes ||
-		r.ticks-r.snapTick >= r.cfg.SnapshotTicks
+		r.ticks-r.snapTick >= r.cfg.SnapshotTicks || r.confSnap
 }
 
 // maybeSnapshot asks for a snapshot every SnapshotEntries applied entries.
@@ -156,7 +158,7 @@ func (r *Replica) maybeSnapshot() error {
 	if !r.snapshotDue() {
 		return nil
 	}
-	r.bytesSinceSnap, r.snapTick = 0, r.ticks
+	r.bytesSinceSnap, r.snapTick, r.confSnap = 0, r.ticks, false
 	data, err := r.snapshotData()
 	if err != nil {
 		return err
@@ -215,13 +217,14 @@ type snapshotContents struct {
 	committedOps          []*Req
 	results               map[uint64][]committedResult
 	st                    *state.State
+	members               *snapshotMembers // nil before version 4
 }
 
 // decodeSnapshot decodes and checks what snapshotData encoded.
 func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, error) {
 	d := decoder{b: snap.GetData()}
 	version := d.byte()
-	if d.err == nil && version != snapshotVersion && version != 2 {
+	if d.err == nil && (version < 2 || version > snapshotVersion) {
 		return nil, fmt.Errorf("%w: snapshot version %d", ErrCorrupt, version)
 	}
 	applied := d.uvarint()
@@ -269,11 +272,18 @@ func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, erro
 	if err := st.UnmarshalBinary(d.b[:sz]); err != nil {
 		return nil, fmt.Errorf("replica: snapshot state: %w", err)
 	}
+	var members *snapshotMembers
+	if version >= 4 {
+		d.b = d.b[sz:]
+		if members = d.members(); d.err != nil {
+			return nil, fmt.Errorf("replica: snapshot membership: %w", d.err)
+		}
+	}
 	if applied != snap.GetMetadata().GetIndex() {
 		return nil, fmt.Errorf("%w: snapshot data at %d, metadata at %d", ErrCorrupt, applied, snap.GetMetadata().GetIndex())
 	}
 	return &snapshotContents{applied: applied, clock: clock, count: count, cvv: cvv,
-		committedOps: committedOps, results: results, st: st}, nil
+		committedOps: committedOps, results: results, st: st, members: members}, nil
 }
 
 // installSnapshot makes the snapshot's committed state this replica's and
@@ -290,7 +300,16 @@ func (r *Replica) installSnapshot(sc *snapshotContents, cs *raftpb.ConfState) []
 	r.st = sc.st
 	r.applied = sc.applied
 	r.snapIndex = sc.applied
-	r.confState = proto.Clone(cs).(*raftpb.ConfState)
+	r.setConfState(proto.Clone(cs).(*raftpb.ConfState))
+	if sc.members != nil {
+		r.addrs, r.removedIDs = sc.members.addrs, sc.members.removed
+		// A member is never a removed id; both come from one snapshot
+		// unless it was restored into a new cluster (snapshot restore)
+		// whose configuration reuses ids the old one had removed.
+		for _, id := range r.memberIDs {
+			delete(r.removedIDs, id)
+		}
+	}
 	if r.cfg.TrackHistory && len(sc.committedOps) == int(sc.count) {
 		r.committed = r.committed[:0]
 		r.committedBase = 0

@@ -38,12 +38,12 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	}
 	r.newOwn = append(r.newOwn, req) // gossiped at the next Ready, batched
 	if cr.Strong {
-		// Proposed once durable (proposeDurable): an entry never carries an
-		// own operation this replica could lose in a crash, whatever order
-		// the driver writes and sends in.
 		r.pendingStrong[req.ID] = r.ticks
+		// A leader proposes it once durable (proposeDurable); a follower at
+		// once (see proposable).
 		r.toPropose = append(r.toPropose, req)
 	}
+	r.proposeDurable()
 	return nil
 }
 

@@ -9,7 +9,7 @@ func (r *Replica) Tick() {
 	r.node.Tick()
 	r.checkLeader()
 	if r.ticks%r.cfg.GossipTicks == 0 {
-		for _, p := range r.cfg.Peers {
+		for _, p := range r.memberIDs {
 			if p != r.cfg.ID {
 				r.send(Message{Type: MsgSync, To: p, VV: r.vv.Clone(), Clock: r.clk.Peek()})
 			}

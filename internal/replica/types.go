@@ -142,7 +142,7 @@ const (
 	WantStable
 )
 
-// Stamp says what a view was computed on (DESIGN.md §6).
+// Stamp says what a view was computed on (docs/design.md, "Stamps").
 type Stamp struct {
 	Replica uint64
 	// AppliedIndex is the raft index the replica had applied.

@@ -24,8 +24,8 @@ var cmps = map[api.Cmp]state.Cmp{
 }
 
 // opFromAPI converts a wire operation. Structural problems (unknown kind or
-// comparison) are ErrInvalidRequest; argument checks are the state
-// machine's (Op.Validate), done by the replica.
+// comparison, an empty key) are ErrInvalidRequest; the other argument
+// checks are the state machine's (Op.Validate), done by the replica.
 func opFromAPI(o *api.Op) (state.Op, error) {
 	if o == nil {
 		return state.Op{}, fmt.Errorf("%w: no operation", ErrInvalidRequest)
@@ -38,14 +38,27 @@ func opFromAPI(o *api.Op) (state.Op, error) {
 		Kind: k, Key: o.GetKey(), Value: o.GetValue(), Expected: o.GetExpected(),
 		ExpectAbsent: o.GetExpectAbsent(), Delta: o.GetDelta(), Limit: int(o.GetLimit()),
 	}
+	// Every key names something: only a scan's prefix may be empty (all
+	// keys).
+	if o.GetKey() == "" && k != state.OpScan && k != state.OpTxn && k != state.OpNoop {
+		return state.Op{}, fmt.Errorf("%w: %v with an empty key", ErrInvalidRequest, k)
+	}
 	if t := o.GetTxn(); t != nil {
 		op.Txn = &state.Txn{}
 		for _, g := range t.GetGuards() {
+			if g.GetKey() == "" {
+				return state.Op{}, fmt.Errorf("%w: txn guard with an empty key", ErrInvalidRequest)
+			}
 			c, ok := cmps[g.GetCmp()]
 			if !ok {
 				return state.Op{}, fmt.Errorf("%w: guard comparison %v", ErrInvalidRequest, g.GetCmp())
 			}
 			op.Txn.Guards = append(op.Txn.Guards, state.Guard{Key: g.GetKey(), Cmp: c, Value: g.GetValue()})
+		}
+		for _, w := range append(t.GetThenWrites(), t.GetElseWrites()...) {
+			if w.GetKey() == "" {
+				return state.Op{}, fmt.Errorf("%w: txn write with an empty key", ErrInvalidRequest)
+			}
 		}
 		op.Txn.Then = writesFromAPI(t.GetThenWrites())
 		op.Txn.Else = writesFromAPI(t.GetElseWrites())
@@ -77,8 +90,13 @@ func stampToAPI(s replica.Stamp) *api.Stamp {
 }
 
 // viewToAPI converts a view. A confirmed final view goes without its result:
-// the client already has it from the preliminary view (Correctables §5.2).
-func viewToAPI(v replica.View) *api.ViewReply {
+// the client already has it from the preliminary view (Correctables §5.2),
+// unless the client asked for no confirmations (noConfirm), in which case
+// every view carries its result and none is marked confirmed.
+func viewToAPI(v replica.View, noConfirm bool) *api.ViewReply {
+	if noConfirm {
+		v.Confirmed = false
+	}
 	out := &api.ViewReply{Final: v.Stable, Confirmed: v.Confirmed, Stamp: stampToAPI(v.Stamp)}
 	if !v.ID.IsZero() {
 		out.Id = &api.OpID{Origin: v.ID.Origin, Seq: v.ID.Seq}

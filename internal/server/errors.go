@@ -37,6 +37,7 @@ var statusTable = []struct {
 	{replica.ErrBusy, codes.ResourceExhausted},
 	{ErrStopped, codes.Unavailable},
 	{ErrResultLost, codes.DataLoss},
+	{ErrUnauthenticated, codes.Unauthenticated},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }

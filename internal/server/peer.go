@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/replica"
@@ -25,7 +24,8 @@ type peer struct {
 	id     uint64
 	addr   string
 	queue  chan []byte
-	queued atomic.Int64 // bytes in queue
+	queued atomic.Int64  // bytes in queue
+	quit   chan struct{} // closed when the peer leaves the cluster
 }
 
 const (
@@ -74,7 +74,12 @@ func (p *peer) run(stop <-chan struct{}) {
 		<-stop
 		cancel()
 	}()
-	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds, err := p.s.dialCreds(p.id, p.addr)
+	if err != nil {
+		p.s.log.Error("peer not dialed", "peer", p.id, "addr", p.addr, "err", err)
+		return
+	}
+	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))
 	if err != nil {
 		p.s.log.Error("peer address unusable", "peer", p.id, "addr", p.addr, "err", err)
@@ -83,12 +88,20 @@ func (p *peer) run(stop <-chan struct{}) {
 	defer conn.Close()
 	client := api.NewPeerClient(conn)
 	backoff := 10 * time.Millisecond
+	var warned time.Time // last authentication warning
 	for ctx.Err() == nil {
 		err := p.stream(ctx, client)
 		if ctx.Err() != nil {
 			return
 		}
 		p.s.log.Debug("peer stream ended", "peer", p.id, "err", err)
+		if authFailure(err) && time.Since(warned) >= authWarnEvery {
+			warned = time.Now()
+			p.s.log.Warn("peer authentication failed", "peer", p.id, "addr", p.addr, "err", err)
+		}
+		if isRemovedStatus(err) {
+			p.s.mem.told.Store(true)
+		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -139,6 +152,11 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 
 // Stream implements api.PeerServer: messages from one peer into the loop.
 func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.PeerAck]) error {
+	ids, err := s.peerIdentity(st.Context())
+	if err != nil {
+		s.log.Warn("peer stream refused", "err", err)
+		return toStatus(err)
+	}
 	for {
 		env, err := st.Recv()
 		if err == io.EOF {
@@ -147,8 +165,12 @@ func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.Peer
 		if err != nil {
 			return err
 		}
-		if _, ok := s.cfg.Peers[env.GetFrom()]; !ok || env.GetFrom() == s.cfg.ID {
-			return toStatus(fmt.Errorf("%w: messages from unknown replica %d", ErrInvalidRequest, env.GetFrom()))
+		if err := s.checkPeer(env.GetFrom()); err != nil {
+			return err
+		}
+		if err := authorizePeer(ids, env.GetFrom(), s.cfg.TLS != nil); err != nil {
+			s.log.Warn("peer stream refused", "err", err)
+			return toStatus(err)
 		}
 		for _, b := range env.GetMessages() {
 			m, err := replica.DecodeMessage(b)

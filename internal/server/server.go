@@ -66,6 +66,18 @@ type Config struct {
 	Metrics *Metrics
 	// Seed seeds the election timer; default: random.
 	Seed uint64
+	// Join starts a replica that the cluster added with a membership
+	// change (`member add`): with an empty data directory it bootstraps
+	// nothing and learns the configuration and the data from the leader.
+	// Peers then lists the cluster's replicas it can reach first (and this
+	// one).
+	Join bool
+	// TLS secures clients' and peers' connections (see TLS). Without it
+	// the server speaks plaintext, which validate accepts only when every
+	// address (listeners and peers) is on loopback, or with Insecure.
+	TLS *TLS
+	// Insecure allows plaintext on addresses that are not on loopback.
+	Insecure bool
 }
 
 func (c *Config) validate() error {
@@ -83,6 +95,14 @@ func (c *Config) validate() error {
 	}
 	if c.PeerAddr == "" {
 		c.PeerAddr = c.Peers[c.ID]
+	}
+	if c.TLS != nil {
+		if err := c.TLS.validate(c.ID); err != nil {
+			return err
+		}
+	}
+	if err := c.checkPlaintext(); err != nil {
+		return err
 	}
 	if c.Tick <= 0 {
 		c.Tick = 10 * time.Millisecond
@@ -144,8 +164,9 @@ type Server struct {
 	catchUpLogged time.Time
 	catchingUp    bool
 
-	inflight chan struct{} // semaphore of client requests
-	peers    map[uint64]*peer
+	inflight chan struct{}    // semaphore of client requests
+	peers    map[uint64]*peer // owned by the loop once it runs
+	mem      *membership
 
 	grpcClient, grpcPeer *grpc.Server
 	lisClient, lisPeer   net.Listener
@@ -170,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 		ids = append(ids, id)
 	}
 	rep, err := replica.New(replica.Config{
-		ID: cfg.ID, Peers: ids, Storage: cfg.Storage, OwnOps: own,
+		ID: cfg.ID, Peers: ids, Join: cfg.Join, Storage: cfg.Storage, OwnOps: own,
 		Clock:  func() int64 { return time.Now().UnixNano() },
 		Rand:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
 		Limits: cfg.Limits, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
@@ -192,17 +213,16 @@ func New(cfg Config) (*Server, error) {
 		inflight: make(chan struct{}, cfg.MaxInflight),
 		peers:    map[uint64]*peer{},
 	}
-	for id, addr := range cfg.Peers {
-		if id != cfg.ID {
-			s.peers[id] = newPeer(s, id, addr)
-		}
-	}
+	s.mem = newMembership(s)
 	s.drv, err = driver.New(driver.Config{
 		Replica: rep, Storage: cfg.Storage, Send: s.send, Deliver: s.deliver,
 		CompactMargin: uint64(cfg.CompactMargin), Logger: s.log, Observe: cfg.Metrics.observeRound,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if applied, _, _ := rep.Progress(); cfg.Join && applied == 0 {
+		s.log.Info("joining: waiting for the leader's log or snapshot (this replica must have been added with member add)")
 	}
 	return s, nil
 }
@@ -216,8 +236,13 @@ func (s *Server) Start() error {
 	// The shared listener also carries peer messages (up to
 	// maxPeerMessage); client requests are bounded by state.Limits.
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler())}
-	s.grpcClient = grpc.NewServer(opts...)
+	var creds []grpc.ServerOption
+	if s.cfg.TLS != nil {
+		creds = append(creds, grpc.Creds(s.cfg.TLS.serverCreds()))
+	}
+	s.grpcClient = grpc.NewServer(append(opts, creds...)...)
 	api.RegisterStoreServer(s.grpcClient, s)
+	api.RegisterClusterServer(s.grpcClient, clusterService{s: s})
 	if s.cfg.PeerAddr == s.cfg.ClientAddr {
 		api.RegisterPeerServer(s.grpcClient, s)
 	} else {
@@ -225,22 +250,16 @@ func (s *Server) Start() error {
 			s.lisClient.Close()
 			return fmt.Errorf("server: listen for peers: %w", err)
 		}
-		s.grpcPeer = grpc.NewServer(grpc.MaxRecvMsgSize(maxPeerMessage))
+		s.grpcPeer = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage)}, creds...)...)
 		api.RegisterPeerServer(s.grpcPeer, s)
 	}
 	s.started.Store(true)
+	s.startPeers() // before the loop, which owns s.peers from then on
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		s.loop()
 	}()
-	for _, p := range s.peers {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			p.run(s.stop)
-		}()
-	}
 	serve := func(g *grpc.Server, l net.Listener) {
 		s.wg.Add(1)
 		go func() {
@@ -351,6 +370,12 @@ func (s *Server) loop() {
 			return
 		}
 		s.logCatchUp()
+		if err := s.syncMembers(); err != nil {
+			s.loopErr = err
+			s.log.Error("replica removed from the cluster; stopped", "err", err)
+			s.failWaiting()
+			return
+		}
 	}
 }
 
@@ -506,7 +531,7 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 				return ErrResultLost
 			}
 			s.cfg.Metrics.observeView(in.GetStrong(), v, prelim, time.Since(start))
-			if err := send(viewToAPI(v)); err != nil {
+			if err := send(viewToAPI(v, in.GetNoConfirmation())); err != nil {
 				return err
 			}
 			if v.Stable || want&replica.WantStable == 0 {

@@ -36,7 +36,7 @@ func follower(c *Cluster) uint64 {
 	return 0
 }
 
-// Creek §3.3 and DESIGN.md §4: the origin of a strong operation crashes right
+// Creek §3.3 and docs/design.md, "Strong operations and CAB": the origin of a strong operation crashes right
 // after proposing it, while a weak operation of its causal context exists
 // only there (its gossip never left). With Creek's plain CAB, every replica
 // would wait forever in checkDep for that weak operation. Here the entry
@@ -141,7 +141,7 @@ func TestHazardLeaderChangeMidCommit(t *testing.T) {
 	}
 }
 
-// Clocks ±100 ms apart (DESIGN.md §4: the hybrid logical clock bounds the
+// Clocks ±100 ms apart (docs/design.md, "Clocks": the hybrid logical clock bounds the
 // damage; the order stays correct, only rollbacks grow). Every check holds.
 func TestHazardClockSkew(t *testing.T) {
 	t.Parallel()

@@ -26,6 +26,8 @@ type Result struct {
 	// PowerLosses counts the crashes that kept only synced data (the
 	// others kept everything written).
 	PowerLosses int
+	// MidWriteCrashes counts the crashes inside a Save.
+	MidWriteCrashes int
 	// Snapshots counts snapshots taken by the replicas.
 	Snapshots int
 	// Err is the first failed check (nil if all passed).
@@ -74,6 +76,7 @@ func (c *Cluster) Run() Result {
 			c.do(func() {
 				c.HealAll()
 				for _, n := range c.Nodes {
+					n.crashAtSave = false // a crash armed for the next Save is called off
 					c.Restart(n.ID)
 				}
 			})
@@ -98,6 +101,7 @@ func (c *Cluster) Run() Result {
 	for _, n := range c.Nodes {
 		res.Crashes += n.crashes
 		res.PowerLosses += n.powerLosses
+		res.MidWriteCrashes += n.midWrites
 		if n.Rep != nil {
 			s := n.Rep.Stats()
 			res.Stats.Executions += s.Executions
@@ -170,7 +174,12 @@ func (c *Cluster) scheduleFaults() {
 			c.HealAll()
 		case f.Crashes && p < 7:
 			if c.down() < (len(c.ids)-1)/2 || (len(c.ids) <= 2 && c.down() == 0) {
-				c.Crash(c.ids[c.rng.IntN(len(c.ids))])
+				id := c.ids[c.rng.IntN(len(c.ids))]
+				if f.MidWriteCrashes && c.rng.IntN(2) == 0 {
+					c.Node(id).crashAtSave = true // dies at its next Save
+				} else {
+					c.Crash(id)
+				}
 			}
 		case f.Crashes && p < 9:
 			for _, n := range c.Nodes {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/correctables/correctables/internal/driver"
 	"github.com/correctables/correctables/internal/history"
@@ -32,6 +33,11 @@ type Faults struct {
 	// was synced) or a process crash (it keeps everything written), drawn
 	// from the seed.
 	Crashes bool
+	// MidWriteCrashes makes half the crashes happen inside the driver's
+	// handling of a Ready: the node is killed at its next Save, after a
+	// leader's early messages (replica.Ready.Early) have left and before
+	// anything of that Ready is written.
+	MidWriteCrashes bool
 	// Skew is the largest clock offset of a replica from true time.
 	Skew time.Duration
 }
@@ -161,6 +167,27 @@ type Node struct {
 	powerLosses int
 	// kicked: a deferred handling of the Ready is scheduled (GroupCommit).
 	kicked bool
+	// crashAtSave: the node dies at its next Save (Faults.MidWriteCrashes).
+	crashAtSave bool
+	midWrites   int
+}
+
+// errMidWrite is what a node's storage returns when the node dies inside a
+// Save (Faults.MidWriteCrashes): nothing of the Save is written.
+var errMidWrite = errors.New("sim: crashed inside a write")
+
+// crashingStore is a node's storage as its driver sees it: Save dies instead
+// of writing once the node is marked to crash there.
+type crashingStore struct {
+	*storage.Store
+	n *Node
+}
+
+func (s crashingStore) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
+	if s.n.crashAtSave {
+		return errMidWrite
+	}
+	return s.Store.Save(hs, ents, snap, own)
 }
 
 // Cluster is one simulation run.
@@ -285,7 +312,7 @@ func (c *Cluster) start(n *Node) error {
 		return fmt.Errorf("sim: start replica %d: %w", n.ID, err)
 	}
 	drv, err := driver.New(driver.Config{
-		Replica: rep, Storage: st, Send: c.send,
+		Replica: rep, Storage: crashingStore{st, n}, Send: c.send,
 		Deliver:       func(v replica.View) error { c.deliverView(v); return nil },
 		CompactMargin: compactMargin, Logger: discard,
 		Observe: func(r driver.Round) {
@@ -343,6 +370,11 @@ func (c *Cluster) pump(n *Node) {
 		return
 	}
 	if err := n.drv.HandleReady(); err != nil {
+		if errors.Is(err, errMidWrite) {
+			n.midWrites++
+			c.Crash(n.ID)
+			return
+		}
 		c.fail(fmt.Errorf("replica %d: %w", n.ID, err))
 		return
 	}
@@ -474,7 +506,7 @@ func (c *Cluster) Crash(id uint64) {
 	// background work happened to leave.
 	n.fs = n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rand.New(rand.NewPCG(1, 2))})
 	_ = n.store.Close()
-	n.Rep, n.store, n.drv, n.kicked = nil, nil, nil, false
+	n.Rep, n.store, n.drv, n.kicked, n.crashAtSave = nil, nil, nil, false, false
 	n.crashes++
 }
 

@@ -1,7 +1,7 @@
 // Package storage is a replica's durable storage on Pebble: the raft log, the
 // raft hard state, the latest snapshot of the application state, and the
 // replica's own operations that are not yet known to be replicated
-// (DESIGN.md §4, §5: "persist before replying").
+// (docs/design.md, "Durability and restart": persist before replying).
 //
 // A Store implements raft.Storage with the behaviour and error contract of
 // raft.MemoryStorage (ErrCompacted, ErrUnavailable, the dummy entry at the

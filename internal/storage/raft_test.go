@@ -242,8 +242,10 @@ func TestRaftCluster(t *testing.T) {
 	}
 	c.propose(0, 30)
 
-	// Crash a follower and restart it at once: it must find its hard state
-	// and log exactly as it saved them.
+	// Crash a follower and restart it at once: it must find its log exactly
+	// as it saved it, and its hard state too but for the commit index, which
+	// a commit-only write does not fsync (Save): that may move back, never
+	// past what the log holds.
 	f := c.nodes[0]
 	if f == c.leader() {
 		f = c.nodes[1]
@@ -255,11 +257,12 @@ func TestRaftCluster(t *testing.T) {
 	c.crash(f)
 	c.start(f, nil)
 	hs2, ents2 := persisted(t, f.s)
-	if !proto.Equal(hs, hs2) || !slices.EqualFunc(ents, ents2, func(a, b *raftpb.Entry) bool { return proto.Equal(a, b) }) {
-		t.Fatalf("node %d after restart: %v and %d entries, want %v and %d", f.id, hs2, len(ents2), hs, len(ents))
+	if hs2.GetTerm() != hs.GetTerm() || hs2.GetVote() != hs.GetVote() || hs2.GetCommit() > hs.GetCommit() ||
+		!slices.EqualFunc(ents, ents2, func(a, b *raftpb.Entry) bool { return proto.Equal(a, b) }) {
+		t.Fatalf("node %d after restart: %v and %d entries, want %v (or an older commit) and %d", f.id, hs2, len(ents2), hs, len(ents))
 	}
-	if st := f.rn.BasicStatus(); st.GetTerm() != hs.GetTerm() || st.GetCommit() != hs.GetCommit() {
-		t.Fatalf("raft on node %d restarted at term %d commit %d, want %d, %d", f.id, st.GetTerm(), st.GetCommit(), hs.GetTerm(), hs.GetCommit())
+	if st := f.rn.BasicStatus(); st.GetTerm() != hs2.GetTerm() || st.GetCommit() != hs2.GetCommit() {
+		t.Fatalf("raft on node %d restarted at term %d commit %d, want %d, %d", f.id, st.GetTerm(), st.GetCommit(), hs2.GetTerm(), hs2.GetCommit())
 	}
 	c.propose(30, 10)
 

@@ -7,7 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -33,6 +36,9 @@ var (
 	// ErrInvalid means an argument breaks the contract (a gap in the log, an
 	// index past the end); nothing was written.
 	ErrInvalid = errors.New("storage: invalid argument")
+	// ErrLocked means Open found the directory's lock held: another
+	// replica (in this process or another) has it open.
+	ErrLocked = errors.New("storage: data directory in use")
 )
 
 // Store is a replica's durable storage. It implements raft.Storage. All
@@ -80,6 +86,10 @@ func Open(opts Options) (*Store, error) {
 		return err
 	})
 	if err != nil {
+		if lockHeld(err) {
+			return nil, fmt.Errorf("%w: %s is in use by another running replica (its lock file %s is held, %v): stop that one first, or give another data directory",
+				ErrLocked, opts.Dir, filepath.Join(opts.Dir, "LOCK"), err)
+		}
 		return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
 	}
 	s := &Store{opts: opts, db: db, wo: pebble.Sync}
@@ -93,6 +103,14 @@ func Open(opts Options) (*Store, error) {
 	opts.Logger.Debug("storage: opened", "dir", opts.Dir, "first", s.trunc.Index+1,
 		"last", s.last, "snapshot", s.snapMeta.GetIndex())
 	return s, nil
+}
+
+// lockHeld reports whether Pebble could not open a directory because its
+// lock is held: by another process (flock: EAGAIN) or by another Store of
+// this process.
+func lockHeld(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) ||
+		strings.Contains(err.Error(), "lock held by current process")
 }
 
 // load fills the caches from Pebble; a fresh directory gets its version key.
@@ -411,7 +429,11 @@ func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
 // raft.MemoryStorage.ApplySnapshot), then the entries (like
 // raft.MemoryStorage.Append: entries at or below the compaction point are
 // skipped and a conflicting suffix of the log is dropped), and the replica's
-// own new operations. When Save returns nil all of it is durable. A bad
+// own new operations. When Save returns nil all of it is durable, except a
+// hard state that changes only the commit index: like etcd's raft.MustSync,
+// such a write is not fsynced on its own (it becomes durable with the next
+// synced write; losing it on power loss only moves the commit index back to
+// one raft learns again). A bad
 // argument (an old snapshot, entries that leave a gap) returns an error and
 // writes nothing; a failed write fails the Store (see ErrFailed).
 func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
@@ -493,7 +515,9 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if b.Empty() {
 		return nil
 	}
-	if err := s.commit(b); err != nil {
+	sync := len(ents) > 0 || len(own) > 0 || resetTail ||
+		(newHS != nil && (s.hs == nil || newHS.GetTerm() != s.hs.GetTerm() || newHS.GetVote() != s.hs.GetVote()))
+	if err := s.commitSync(b, sync); err != nil {
 		return err
 	}
 
@@ -718,8 +742,15 @@ func (s *Store) Metrics() (*pebble.Metrics, error) {
 // commit commits b and fails the Store if that does not succeed. Pebble
 // reports a failed commit through Logger.Fatalf, which pebbleLogger turns
 // into a panic that ends here.
-func (s *Store) commit(b *pebble.Batch) error {
-	err := catchFatal(func() error { return b.Commit(s.wo) })
+func (s *Store) commit(b *pebble.Batch) error { return s.commitSync(b, true) }
+
+// commitSync commits b, fsynced if sync (and the store syncs at all).
+func (s *Store) commitSync(b *pebble.Batch, sync bool) error {
+	wo := s.wo
+	if !sync {
+		wo = pebble.NoSync
+	}
+	err := catchFatal(func() error { return b.Commit(wo) })
 	if err != nil {
 		s.err = fmt.Errorf("%w: %w", ErrFailed, err)
 		s.tail, s.tailBytes = nil, 0

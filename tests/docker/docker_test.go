@@ -21,14 +21,13 @@ import (
 // cores with a warm build cache; these limits only stop a broken cluster
 // from hanging it.
 const (
-	infoTimeout    = 5 * time.Second  // docker info: is a daemon answering?
-	goBuildTimeout = 90 * time.Second // a cold build of the binary on 2 cores
-	dockerTimeout  = 30 * time.Second // one docker command
-	readyTimeout   = 30 * time.Second // three fresh replicas elect a leader
-	writeTimeout   = 20 * time.Second // a write after a replica is killed
-	convergeWait   = 30 * time.Second // a restarted replica catches up
-	invokeTimeout  = 5 * time.Second  // one client operation (its --timeout)
-	retryPause     = 250 * time.Millisecond
+	infoTimeout   = 5 * time.Second  // docker info: is a daemon answering?
+	dockerTimeout = 30 * time.Second // one docker command
+	readyTimeout  = 30 * time.Second // three fresh replicas elect a leader
+	writeTimeout  = 20 * time.Second // a write after a replica is killed
+	convergeWait  = 30 * time.Second // a restarted replica catches up
+	invokeTimeout = 5 * time.Second  // one client operation (its --command-timeout)
+	retryPause    = 250 * time.Millisecond
 )
 
 // replicaPort is the port every replica listens on inside its container, for
@@ -40,7 +39,9 @@ const replicaPort = "7101"
 const peers = "1=r1:7101,2=r2:7101,3=r3:7101"
 
 // TestCluster builds the static binary and the image, runs a three-replica
-// cluster in containers, and checks from the host that a write through one
+// cluster in containers with TLS (certificates from `correctables cert`;
+// the host's client presents a client certificate), and checks from the
+// host that a write through one
 // replica is read back strongly at another, that the cluster keeps writing
 // with a replica killed (SIGKILL: a crash, not a clean stop), and that the
 // replica, started again on its volume, converges to the new value.
@@ -56,6 +57,7 @@ func TestCluster(t *testing.T) {
 	bin := buildBinary(t, root, ctxDir)
 
 	c := &cluster{t: t, id: id, bin: bin}
+	c.makeCerts()
 	c.buildImage(root, ctxDir)
 	c.createNetwork()
 	for i := 1; i <= 3; i++ {
@@ -141,7 +143,13 @@ func buildBinary(t *testing.T, root, ctxDir string) string {
 		t.Skip("skipping: no go command on PATH to build the binary")
 	}
 	bin := filepath.Join(ctxDir, "bin", "correctables")
-	ctx, cancel := context.WithTimeout(context.Background(), goBuildTimeout)
+	// A cold build on two busy cores can take minutes: the build is bound
+	// only by the test's own deadline (go test -timeout), with a minute
+	// left for the cluster, not by a limit of its own.
+	ctx, cancel := context.WithCancel(context.Background())
+	if d, ok := t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), d.Add(-time.Minute))
+	}
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gobin, "build", "-o", bin, "./cmd/correctables")
 	cmd.Dir = root
@@ -162,6 +170,50 @@ type cluster struct {
 	id    string
 	bin   string
 	ports [4]string // host address of replica i's published port; [0] unused
+	// certs is the certificates directory (`correctables cert`), mounted
+	// read-only at /certs in every container.
+	certs string
+}
+
+// imageUser is the numeric user the image runs as (the Dockerfile's USER).
+const imageUser = 65532
+
+// makeCerts creates the cluster's CA, a certificate per replica (naming its
+// id, its network alias and 127.0.0.1, where the host reaches its published
+// port) and a client certificate, with the binary's cert commands. The
+// files are handed to the image's user, which reads them in the containers.
+func (c *cluster) makeCerts() {
+	c.t.Helper()
+	c.certs = c.t.TempDir()
+	steps := [][]string{{"cert", "create-ca", "--certs-dir", c.certs}}
+	for i := 1; i <= 3; i++ {
+		steps = append(steps, []string{"cert", "create-replica", "--certs-dir", c.certs, "--id", fmt.Sprint(i), fmt.Sprintf("r%d", i), "127.0.0.1"})
+	}
+	steps = append(steps, []string{"cert", "create-client", "--certs-dir", c.certs, "root"})
+	for _, s := range steps {
+		if out, err := exec.Command(c.bin, s...).CombinedOutput(); err != nil {
+			c.t.Fatalf("correctables %s: %v\n%s", strings.Join(s, " "), err, out)
+		}
+	}
+	// The directory is readable by all; the keys by their owner only.
+	if err := os.Chmod(c.certs, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	entries, err := os.ReadDir(c.certs)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Chown(filepath.Join(c.certs, e.Name()), imageUser, imageUser); err != nil {
+			c.t.Skipf("skipping: cannot hand the certificates to the image's user %d (needs root): %v", imageUser, err)
+		}
+	}
+}
+
+// tlsFlags are the client's flags: the CA and the client certificate.
+func (c *cluster) tlsFlags() []string {
+	return []string{"--cacert", filepath.Join(c.certs, "ca.crt"),
+		"--cert", filepath.Join(c.certs, "client.root.crt"), "--key", filepath.Join(c.certs, "client.root.key")}
 }
 
 func (c *cluster) image() string          { return c.id + ":latest" }
@@ -293,9 +345,11 @@ func (c *cluster) startReplica(i int) {
 		"--network", c.network(),
 		"--network-alias", fmt.Sprintf("r%d", i),
 		"--volume", c.volume(i)+":/data",
+		"--volume", c.certs+":/certs:ro",
 		"--publish", "127.0.0.1::"+replicaPort,
 		c.image(),
 		"serve", "--id", fmt.Sprint(i), "--listen", "0.0.0.0:"+replicaPort, "--data", "/data", "--peers", peers,
+		"--certs-dir", "/certs",
 	)
 	c.readPort(i)
 }
@@ -339,7 +393,7 @@ type view struct {
 func (c *cluster) invoke(is []int, args ...string) ([]view, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), invokeTimeout+5*time.Second)
 	defer cancel()
-	argv := append([]string{"invoke", "--json", "--timeout", invokeTimeout.String(), "--endpoints", c.endpoints(is)}, args...)
+	argv := append(append([]string{"invoke", "--json", "--command-timeout", invokeTimeout.String(), "--endpoints", c.endpoints(is)}, c.tlsFlags()...), args...)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.bin, argv...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

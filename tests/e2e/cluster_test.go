@@ -38,6 +38,7 @@ type proc struct {
 	dir   string // data directory
 	peers string // the --peers flag: this process's view of the others
 	log   string // stderr of every incarnation, appended
+	join  bool   // serve --join: added to a running cluster (member add)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -70,8 +71,11 @@ func (p *proc) start() error {
 	}
 	fmt.Fprintf(logf, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
 	out := &readyWriter{ready: make(chan struct{})}
-	cmd := exec.Command(binary, "serve", "--id", fmt.Sprint(p.id), "--listen", p.addr,
-		"--data", p.dir, "--peers", p.peers, "--tick", tick)
+	args := []string{"serve", "--id", fmt.Sprint(p.id), "--listen", p.addr, "--data", p.dir, "--peers", p.peers, "--tick", tick}
+	if p.join {
+		args = append(args, "--join")
+	}
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = out, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -120,6 +120,30 @@ func TestCrashRecovery(t *testing.T) {
 		finals[k] = v.Value
 	}
 
+	// Every replica's committed state must be the same: a strong read at
+	// each one, pinned, returns what the final reads returned.
+	for _, p := range c.procs {
+		pc, err := client.Dial(ctx, []string{p.addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range slicesConcat(putKeys, incrKeys, appendKeys) {
+			out, err := invoke(ctx, nil, 0, pc, getOp(k), strongOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, ok := out.final()
+			if !ok {
+				t.Errorf("strong read of %s at %s: %v", k, p.addr, out.err)
+				continue
+			}
+			if !v.Value.Equal(finals[k]) {
+				t.Errorf("replicas diverge: %s at %s is %v, the final read gave %v", k, p.addr, v.Value, finals[k])
+			}
+		}
+		pc.Close()
+	}
+
 	records := rec.Records()
 	summarize(t, records, finals)
 	if err := history.CheckFinalOnce(records); err != nil {
@@ -129,6 +153,7 @@ func TestCrashRecovery(t *testing.T) {
 	checkWeakReads(t, records)
 	res, err := history.CheckLinearizable(records, nil, 60*time.Second)
 	if res != porcupine.Ok {
+		dumpRecords(t, records)
 		t.Errorf("linearizability: %v: %v", res, err)
 	}
 }

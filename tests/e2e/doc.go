@@ -1,8 +1,7 @@
 // Package e2e holds end-to-end tests that run the real `correctables serve`
 // binary as three OS processes on loopback and drive them through the public
 // client, recording every operation and view with internal/history and
-// checking the records mechanically (DESIGN.md §4 "Guarantees to check
-// mechanically", §9).
+// checking the records mechanically (docs/design.md, "Checking").
 //
 // The suites:
 //
@@ -28,7 +27,7 @@
 //   - TestConfirmationSavesBytes: a put whose final view equals its
 //     preliminary one (a 64 KiB previous value) gets a payload-free
 //     confirmation: the operation receives about one result's worth of
-//     bytes, not two (Correctables §5.2, DESIGN.md §8).
+//     bytes, not two (Correctables §5.2; docs/design.md, "The wire").
 //
 // The servers are built once (without -race) into a temporary directory by
 // TestMain. Every wait is bounded; processes are killed in t.Cleanup, and on

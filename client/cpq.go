@@ -1,0 +1,175 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/correctables/correctables/correctable"
+)
+
+// CPQ is a continuous partial quorum policy (McKenzie, Fan, Golab,
+// Continuous Partial Quorums, SCDM'15 §1): for each operation it draws the
+// strong level (InvokeStrong: consensus, a linearizable view) with
+// probability p and the weak level (InvokeWeak: the nearest replica's
+// tentative state) otherwise, with separate probabilities for reads and
+// for updates. p is a continuous knob between the two discrete levels.
+//
+// It also implements the paper's comparator, artificial delays (CPQ §1,
+// §3.2): a client-side delay before every weak read, which gives the
+// replicas time to receive recent writes at the cost of the read's latency.
+//
+// The draws come from a seeded generator: the same seed and the same
+// sequence of invocations give the same levels. A CPQ is safe for concurrent
+// use; SetP and SetReadDelay change it while it is in use (a controller
+// does).
+type CPQ struct {
+	readP, writeP atomic.Uint64 // math.Float64bits
+	readDelay     atomic.Int64  // nanoseconds
+
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+// CPQConfig configures NewCPQ.
+type CPQConfig struct {
+	// ReadP and WriteP are the probabilities, in [0, 1], that a read-only
+	// operation and an update run at the strong level.
+	ReadP, WriteP float64
+	// ReadDelay is the artificial delay before every weak read (0: none;
+	// at most MaxReadDelay).
+	ReadDelay time.Duration
+	// Seed seeds the draws.
+	Seed uint64
+}
+
+// MaxReadDelay bounds CPQConfig.ReadDelay.
+const MaxReadDelay = time.Minute
+
+func checkP(name string, p float64) error {
+	if math.IsNaN(p) || p < 0 || p > 1 {
+		return fmt.Errorf("%w: CPQ %s probability %v not in [0, 1]", ErrInvalidArgument, name, p)
+	}
+	return nil
+}
+
+func checkDelay(d time.Duration) error {
+	if d < 0 || d > MaxReadDelay {
+		return fmt.Errorf("%w: CPQ read delay %v not in [0, %v]", ErrInvalidArgument, d, MaxReadDelay)
+	}
+	return nil
+}
+
+// NewCPQ returns the policy cfg describes, or an error matching
+// ErrInvalidArgument for a probability outside [0, 1] or a delay outside
+// [0, MaxReadDelay].
+func NewCPQ(cfg CPQConfig) (*CPQ, error) {
+	if err := checkP("read", cfg.ReadP); err != nil {
+		return nil, err
+	}
+	if err := checkP("write", cfg.WriteP); err != nil {
+		return nil, err
+	}
+	if err := checkDelay(cfg.ReadDelay); err != nil {
+		return nil, err
+	}
+	p := &CPQ{rng: rand.New(rand.NewPCG(cfg.Seed, 0x43505121))}
+	p.readP.Store(math.Float64bits(cfg.ReadP))
+	p.writeP.Store(math.Float64bits(cfg.WriteP))
+	p.readDelay.Store(int64(cfg.ReadDelay))
+	return p, nil
+}
+
+// P returns the current probabilities of the strong level.
+func (p *CPQ) P() (read, write float64) {
+	return math.Float64frombits(p.readP.Load()), math.Float64frombits(p.writeP.Load())
+}
+
+// SetP sets the probabilities of the strong level for the operations
+// invoked from now on. Out of [0, 1] it returns an error matching
+// ErrInvalidArgument and changes nothing.
+func (p *CPQ) SetP(read, write float64) error {
+	if err := checkP("read", read); err != nil {
+		return err
+	}
+	if err := checkP("write", write); err != nil {
+		return err
+	}
+	p.readP.Store(math.Float64bits(read))
+	p.writeP.Store(math.Float64bits(write))
+	return nil
+}
+
+// ReadDelay returns the artificial delay before weak reads.
+func (p *CPQ) ReadDelay() time.Duration { return time.Duration(p.readDelay.Load()) }
+
+// SetReadDelay sets the artificial delay before weak reads invoked from now
+// on. Out of [0, MaxReadDelay] it returns an error matching
+// ErrInvalidArgument and changes nothing.
+func (p *CPQ) SetReadDelay(d time.Duration) error {
+	if err := checkDelay(d); err != nil {
+		return err
+	}
+	p.readDelay.Store(int64(d))
+	return nil
+}
+
+// Choose draws the level of one operation: strong, or weak after delay
+// (non-zero only for a weak read).
+func (p *CPQ) Choose(op Op) (strong bool, delay time.Duration) {
+	prob := math.Float64frombits(p.writeP.Load())
+	if op.ReadOnly() {
+		prob = math.Float64frombits(p.readP.Load())
+	}
+	p.mu.Lock()
+	x := p.rng.Float64()
+	p.mu.Unlock()
+	if x < prob {
+		return true, 0
+	}
+	if op.ReadOnly() {
+		delay = time.Duration(p.readDelay.Load())
+	}
+	return false, delay
+}
+
+// InvokeCPQ runs op at the level p draws for it (see CPQ) and returns its
+// one view: a strongly consistent view at correctable.Strong, or the weak
+// view at correctable.Eventual after p's read delay for a weak read. The
+// view's Elapsed includes the delay.
+func (c *Client) InvokeCPQ(ctx context.Context, op Op, p *CPQ) *correctable.Correctable[Result] {
+	strong, delay := p.Choose(op)
+	switch {
+	case strong:
+		return c.InvokeStrong(ctx, op)
+	case delay > 0:
+		return correctable.InvokeWeak(ctx, delayed{c, delay}, op)
+	}
+	return c.InvokeWeak(ctx, op)
+}
+
+// delayed is the Client's binding with an artificial delay before the
+// operation leaves.
+type delayed struct {
+	c     *Client
+	delay time.Duration
+}
+
+func (d delayed) Levels() []correctable.Level { return levels }
+
+func (d delayed) Submit(ctx context.Context, op Op, levels []correctable.Level, emit correctable.Emitter[Result]) error {
+	// The read's interval in a trace starts before the delay (CPQ §1).
+	ctx = context.WithValue(ctx, traceStartKey{}, traceNow())
+	t := time.NewTimer(d.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+	}
+	return d.c.Submit(ctx, op, levels, emit)
+}

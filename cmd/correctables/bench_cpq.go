@@ -1,0 +1,603 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/spf13/cobra"
+
+	"github.com/correctables/correctables/internal/cluster"
+	"github.com/correctables/correctables/internal/cpqbench"
+	"github.com/correctables/correctables/internal/cpqctl"
+	"github.com/correctables/correctables/internal/gamma"
+	"github.com/correctables/correctables/internal/loadgen"
+)
+
+// cpqFlags are the flags of `bench cpq`.
+type cpqFlags struct {
+	dists, figures, pSteps, adSteps string
+	wan, csvPath, tracePath         string
+	rate                            float64
+	duration, warmup, period        time.Duration
+	ctlDuration, changeAt           time.Duration
+	changeDelay, threshold          time.Duration
+	replicaDelay                    time.Duration
+	slaLatency                      time.Duration
+	slaStale, ctlP, ctlMaxStep      float64
+	ctlWindow                       int
+	settle                          time.Duration
+	seed                            uint64
+	valueSize                       int
+}
+
+type cpqPlan struct {
+	f       cpqFlags
+	dists   []string
+	figures map[string]bool
+	ps      []float64
+	ads     []time.Duration
+}
+
+func (f cpqFlags) plan() (*cpqPlan, error) {
+	p := &cpqPlan{f: f, figures: map[string]bool{}}
+	for _, d := range cpqList(f.dists) {
+		if d != "latest" && d != "hotspot" {
+			return nil, fmt.Errorf("--dists: %q: want latest (1k keys) or hotspot (10k keys, 80%% of operations on 20%%)", d)
+		}
+		p.dists = append(p.dists, d)
+	}
+	if len(p.dists) == 0 {
+		return nil, fmt.Errorf("--dists %q: no distribution", f.dists)
+	}
+	for _, fig := range cpqList(f.figures) {
+		switch fig {
+		case "1", "2", "3", "ctl":
+			p.figures[fig] = true
+		default:
+			return nil, fmt.Errorf("--figures: %q: want 1, 2, 3 or ctl", fig)
+		}
+	}
+	if len(p.figures) == 0 {
+		return nil, fmt.Errorf("--figures %q: no figure", f.figures)
+	}
+	for _, s := range cpqList(f.pSteps) {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v >= 0 && v <= 1) {
+			return nil, fmt.Errorf("--p: %q: want probabilities from 0 to 1", s)
+		}
+		p.ps = append(p.ps, v)
+	}
+	for _, s := range cpqList(f.adSteps) {
+		v, err := time.ParseDuration(s)
+		if err != nil || v < 0 || v > time.Second {
+			return nil, fmt.Errorf("--ad: %q: want delays from 0 to 1s (e.g. 5ms)", s)
+		}
+		p.ads = append(p.ads, v)
+	}
+	if p.figures["2"] && len(p.ps) == 0 {
+		return nil, errors.New("--p: no probability for figure 2")
+	}
+	if p.figures["3"] && len(p.ads) == 0 {
+		return nil, errors.New("--ad: no delay for figure 3")
+	}
+	switch {
+	case !(f.rate > 0 && f.rate <= 100_000):
+		return nil, fmt.Errorf("--rate %v: want more than 0, at most 100,000 ops/s", f.rate)
+	case f.duration <= 0 || f.warmup < 0 || f.ctlDuration <= 0:
+		return nil, fmt.Errorf("--duration %v, --warmup %v, --ctl-duration %v: want positive durations (warmup 0 or more)", f.duration, f.warmup, f.ctlDuration)
+	case f.period < 100*time.Millisecond || f.period > time.Minute:
+		return nil, fmt.Errorf("--period %v: want 100ms to 1m", f.period)
+	case f.valueSize < 1 || f.valueSize > 1<<20:
+		return nil, fmt.Errorf("--value-size %d: want 1 byte to 1 MiB", f.valueSize)
+	case f.threshold < 0:
+		return nil, fmt.Errorf("--threshold %v: want 0 or more", f.threshold)
+	case f.changeDelay < 0 || f.changeDelay > 10*time.Second:
+		return nil, fmt.Errorf("--change-delay %v: want 0 to 10s", f.changeDelay)
+	case f.replicaDelay < 0 || f.replicaDelay > 10*time.Second:
+		return nil, fmt.Errorf("--replica-delay %v: want 0 to 10s", f.replicaDelay)
+	case f.changeAt < 0 || f.changeAt >= f.ctlDuration:
+		return nil, fmt.Errorf("--change-at %v: want 0 (half the controller run) or a time within --ctl-duration %v", f.changeAt, f.ctlDuration)
+	case f.slaLatency < 0:
+		return nil, fmt.Errorf("--sla-latency %v: want more than 0 (or 0: derived from figure 2)", f.slaLatency)
+	case f.slaStale < 0 || f.slaStale >= 1:
+		return nil, fmt.Errorf("--sla-stale %v: want more than 0 and less than 1 (or 0: derived from figure 2)", f.slaStale)
+	case !(f.ctlP >= 0 && f.ctlP <= 1):
+		return nil, fmt.Errorf("--ctl-p %v: want 0 to 1", f.ctlP)
+	case f.ctlWindow < 1 || f.ctlWindow > 100:
+		return nil, fmt.Errorf("--ctl-window %d: want 1 to 100 periods", f.ctlWindow)
+	case !(f.ctlMaxStep >= 0.01 && f.ctlMaxStep <= 1):
+		return nil, fmt.Errorf("--ctl-max-step %v: want 0.01 to 1", f.ctlMaxStep)
+	case f.settle < 100*time.Millisecond || f.settle > time.Minute:
+		return nil, fmt.Errorf("--settle %v: want 100ms to 1m", f.settle)
+	}
+	if p.figures["ctl"] && (f.slaLatency == 0 || f.slaStale == 0) && !p.figures["2"] {
+		return nil, errors.New("the controller run needs --sla-latency and --sla-stale, or figure 2 to derive them from")
+	}
+	return p, nil
+}
+
+func cpqList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func newCPQCmd() *cobra.Command {
+	var f cpqFlags
+	cmd := &cobra.Command{
+		Use:   "cpq",
+		Short: "Continuous partial quorums vs artificial delays, measured with Γ (CPQ §3), and the SLA controller",
+		Long: `cpq reproduces the experiments of Continuous Partial Quorums (SCDM'15) §3
+on a three-replica cluster in this process (fsync off), optionally behind an
+emulated WAN: one client per replica, each talking to its own replica only,
+offering an open-loop load at --rate operations per second in all (80% reads,
+20% updates, --value-size bytes), keys from YCSB's latest distribution over
+1,000 keys or hotspot over 10,000 keys (80% of operations on 20% of them).
+Every key is written once first. Every operation is traced, and each row
+reports the proportion of positive Γ scores (over --threshold) among the
+values written in its window, and the p95 latency of reads and writes:
+
+  figure 1   fixed levels, reads-writes: weak-weak, weak-strong, strong-weak,
+             strong-strong (the paper's ONE/QUORUM pairs)
+  figure 2   CPQ: strong with probability p, reads and writes, for each --p
+  figure 3   artificial delays: weak reads and writes, each read delayed
+             by each --ad
+  ctl        the controller (internal/cpqctl) tuning p to hold the SLA
+             "read p95 <= --sla-latency and stale fraction <= --sla-stale"
+             for --ctl-duration; at --change-at every message between
+             replicas gets --change-delay more one-way latency
+
+Without --sla-latency and --sla-stale the SLA is derived from figure 2's
+rows (see docs/benchmarks.md). Progress goes to stderr, one line per
+--period; the tables to stdout; --csv writes the rows and, beside them
+(-timeline.csv), the controller's timeline; --trace the whole trace of the
+last distribution (check it with 'correctables check gamma').`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := f.plan()
+			if err != nil {
+				return err
+			}
+			return runCPQBench(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), p)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dists, "dists", "latest,hotspot", "key distributions: latest (1k keys), hotspot (10k keys)")
+	fl.StringVar(&f.figures, "figures", "1,2,3,ctl", "what to run: 1, 2, 3, ctl")
+	fl.StringVar(&f.pSteps, "p", "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1", "figure 2's probabilities of the strong level")
+	fl.StringVar(&f.adSteps, "ad", "0,5ms,10ms,15ms,20ms", "figure 3's artificial delays before weak reads")
+	fl.StringVar(&f.wan, "wan", "", "emulated WAN preset (ec2-2016, pileus-2013); default loopback")
+	fl.Float64Var(&f.rate, "rate", 900, "target throughput, operations per second over all clients (open loop)")
+	fl.DurationVar(&f.duration, "duration", 5*time.Second, "measured window of each row")
+	fl.DurationVar(&f.warmup, "warmup", 2*time.Second, "warmup before each row's window")
+	fl.DurationVar(&f.period, "period", time.Second, "progress and control period")
+	fl.DurationVar(&f.ctlDuration, "ctl-duration", 30*time.Second, "length of the controller run")
+	fl.DurationVar(&f.changeAt, "change-at", 0, "when the latency change happens in the controller run (0: half way)")
+	fl.DurationVar(&f.changeDelay, "change-delay", 5*time.Millisecond, "one-way delay added between replicas at --change-at (0: no change)")
+	fl.DurationVar(&f.replicaDelay, "replica-delay", 0, "one-way delay added to every message between replicas in every row (an emulated LAN on loopback)")
+	fl.DurationVar(&f.slaLatency, "sla-latency", 0, "the SLA's read p95 bound (0: derived from figure 2)")
+	fl.Float64Var(&f.slaStale, "sla-stale", 0, "the SLA's stale fraction bound (0: derived from figure 2)")
+	fl.Float64Var(&f.ctlP, "ctl-p", 0.5, "the controller's starting p")
+	fl.IntVar(&f.ctlWindow, "ctl-window", 3, "periods the controller's latency and staleness measures span")
+	fl.Float64Var(&f.ctlMaxStep, "ctl-max-step", 0.1, "the largest change of p in one period")
+	fl.DurationVar(&f.settle, "settle", time.Second, "the running Γ estimate scores a value this long after its write")
+	fl.DurationVar(&f.threshold, "threshold", 0, "Γ scores at or under this do not count (clock error; one clock here)")
+	fl.IntVar(&f.valueSize, "value-size", 128, "value size in bytes")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload and the policies")
+	fl.StringVar(&f.csvPath, "csv", "", "write the rows as CSV to this file")
+	fl.StringVar(&f.tracePath, "trace", "", "write the last distribution's trace to this file")
+	return cmd
+}
+
+// cpqRow is one printed row.
+type cpqRow struct {
+	figure, dist string
+	res          *cpqbench.Result
+}
+
+func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	net := "loopback"
+	if p.f.wan != "" {
+		net = p.f.wan
+	}
+	if p.f.replicaDelay > 0 {
+		net += fmt.Sprintf(" +%v one-way between replicas", p.f.replicaDelay)
+	}
+	var rows []cpqRow
+	var timeline []cpqbench.Point
+	var ctlSummary string
+	seed := p.f.seed
+	for _, dist := range p.dists {
+		n := 1000
+		if dist == "hotspot" {
+			n = 10_000
+		}
+		keys, err := loadgen.NewKeyGen(dist, n)
+		if err != nil {
+			return err
+		}
+		cfg := cpqbench.Config{
+			Keys: keys, Names: loadgen.KeyNames(n), ReadFraction: 0.8, ValueSize: p.f.valueSize,
+			Rate: p.f.rate, Warmup: p.f.warmup, Duration: p.f.duration, Period: p.f.period,
+			Threshold: p.f.threshold, Settle: p.f.settle, Progress: progress,
+		}
+		var specs []struct {
+			figure string
+			row    cpqbench.Row
+		}
+		add := func(fig string, r cpqbench.Row) {
+			specs = append(specs, struct {
+				figure string
+				row    cpqbench.Row
+			}{fig, r})
+		}
+		if p.figures["1"] {
+			for _, lv := range []struct {
+				name string
+				r, w float64
+			}{{"weak-weak", 0, 0}, {"weak-strong", 0, 1}, {"strong-weak", 1, 0}, {"strong-strong", 1, 1}} {
+				add("1", cpqbench.Row{Label: lv.name, ReadP: lv.r, WriteP: lv.w})
+			}
+		}
+		if p.figures["2"] {
+			for _, x := range p.ps {
+				add("2", cpqbench.Row{Label: fmt.Sprintf("p=%.2f", x), ReadP: x, WriteP: x})
+			}
+		}
+		if p.figures["3"] {
+			for _, d := range p.ads {
+				add("3", cpqbench.Row{Label: "AD " + d.String(), ReadDelay: d})
+			}
+		}
+		fmt.Fprintf(progress, "bench cpq: %s over %d keys, %s, %.0f ops/s target, %d rows of %v (+%v warmup), %v more one-way between replicas\n",
+			dist, n, net, p.f.rate, len(specs), p.f.duration, p.f.warmup, p.f.replicaDelay)
+		capacity := n + int(p.f.rate*1.3*(float64(len(specs))*(p.f.duration+p.f.warmup+2*p.f.period).Seconds()+(p.f.ctlDuration+p.f.warmup+2*p.f.period).Seconds())) + 10_000
+		err = withCPQCluster(ctx, p.f.wan, p.f.replicaDelay, false, func(c *cluster.Cluster, eps []string) error {
+			h, err := cpqbench.Dial(ctx, eps, capacity)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			fmt.Fprintf(progress, "bench cpq: loading %d keys\n", n)
+			if err := h.Load(ctx, cfg.Names, cfg.ValueSize, seed); err != nil {
+				return err
+			}
+			for _, s := range specs {
+				seed++
+				cfg.Seed = seed * 1000
+				res, err := cpqbench.Run(ctx, h, cfg, s.row)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", dist, s.row.Label, err)
+				}
+				rows = append(rows, cpqRow{s.figure, dist, res})
+				fmt.Fprintf(progress, "%s\n", rowSummary(res))
+			}
+			if p.f.tracePath != "" { // the controller run's replaces it, if there is one
+				return writeCPQTrace(p.f.tracePath, h)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if p.figures["ctl"] {
+			sla := cpqctl.SLA{Latency: p.f.slaLatency, Stale: p.f.slaStale}
+			if sla.Latency == 0 || sla.Stale == 0 {
+				if sla, err = deriveSLA(rows, dist); err != nil {
+					ctlSummary += fmt.Sprintf("controller (%s): not run: %v\n", dist, err)
+					continue
+				}
+			}
+			changeAt := p.f.changeAt
+			if changeAt == 0 {
+				changeAt = p.f.ctlDuration / 2
+			}
+			ccfg := cfg
+			ccfg.Duration = p.f.ctlDuration
+			fmt.Fprintf(progress, "bench cpq: controller, SLA %v, %v more one-way between replicas at %v\n", sla, p.f.changeDelay, changeAt)
+			err = withCPQCluster(ctx, p.f.wan, p.f.replicaDelay, p.f.changeDelay > 0, func(c *cluster.Cluster, eps []string) error {
+				h, err := cpqbench.Dial(ctx, eps, capacity)
+				if err != nil {
+					return err
+				}
+				defer h.Close()
+				if err := h.Load(ctx, cfg.Names, cfg.ValueSize, seed); err != nil {
+					return err
+				}
+				row := cpqbench.Row{Label: "controller", Controller: &cpqctl.Config{SLA: sla, P: p.f.ctlP, Window: p.f.ctlWindow, MaxStep: p.f.ctlMaxStep}}
+				if p.f.changeDelay > 0 {
+					row.Events = []cpqbench.Event{{At: changeAt, Name: fmt.Sprintf("+%v between replicas", p.f.changeDelay), Do: func() error {
+						for id := range len(c.Servers) {
+							if err := c.SetReplicationDelay(uint64(id+1), p.f.replicaDelay+p.f.changeDelay); err != nil {
+								return err
+							}
+						}
+						return nil
+					}}}
+				}
+				seed++
+				ccfg.Seed = seed * 1000
+				res, err := cpqbench.Run(ctx, h, ccfg, row)
+				if err != nil {
+					return fmt.Errorf("%s controller: %w", dist, err)
+				}
+				rows = append(rows, cpqRow{"ctl", dist, res})
+				timeline = res.Timeline
+				ctlSummary += controllerSummary(dist, sla, changeAt, p.f.changeDelay > 0, res) + "\n"
+				fmt.Fprintln(progress, rowSummary(res))
+				if p.f.tracePath != "" {
+					return writeCPQTrace(p.f.tracePath, h)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	printCPQTable(out, net, p.f.rate, rows)
+	if ctlSummary != "" {
+		fmt.Fprint(out, "\n"+ctlSummary)
+	}
+	if p.f.csvPath != "" {
+		if err := writeCPQCSV(p.f.csvPath, net, p.f.rate, rows); err != nil {
+			return err
+		}
+		if timeline != nil {
+			if err := writeTimelineCSV(strings.TrimSuffix(p.f.csvPath, ".csv")+"-timeline.csv", timeline); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// withCPQCluster runs f on a fresh three-replica cluster and the endpoints
+// of one client per replica, each in its replica's region. Messages between
+// replicas get delay more one-way latency; with changeable, the links are
+// delayable (even at 0) for the controller's latency change.
+func withCPQCluster(ctx context.Context, wan string, delay time.Duration, changeable bool, f func(*cluster.Cluster, []string) error) error {
+	dir, err := os.MkdirTemp("", "correctables-cpq-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	opts := cluster.Options{Dir: dir, WAN: wan, NoSync: true, Logger: slog.New(slog.DiscardHandler)}
+	if delay > 0 || changeable {
+		opts.ReplicationDelay = map[uint64]time.Duration{1: delay, 2: delay, 3: delay}
+	}
+	c, err := cluster.Start(opts)
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.WaitLeader(wctx); err != nil {
+		return err
+	}
+	eps := make([]string, len(c.Servers))
+	for i := range eps {
+		if c.Net == nil {
+			eps[i] = c.Endpoints[i]
+			continue
+		}
+		from, err := c.EndpointsFrom(c.Regions[i])
+		if err != nil {
+			return err
+		}
+		eps[i] = from[i]
+	}
+	return f(c, eps)
+}
+
+func writeCPQTrace(path string, h *cpqbench.Hosts) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := gamma.WriteTrace(fh, gamma.FromRecords(h.Trace.Records(0))); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+// deriveSLA picks an SLA strictly between the two levels from figure 2's
+// rows of dist: the latency bound 90% of the way from the read p95 at p = 0
+// to the one at p = 1, the stale bound 60% of the proportion at p = 0.
+// The latency bound sits near the strong level's because a p95 bound
+// anywhere lower caps p near 0.05 (more strong reads than that put the
+// p95 among them), which no stale bound much under p = 0's allows.
+func deriveSLA(rows []cpqRow, dist string) (cpqctl.SLA, error) {
+	var weak, strong *cpqbench.Result
+	for _, r := range rows {
+		if r.figure != "2" || r.dist != dist {
+			continue
+		}
+		switch {
+		case r.res.Row.ReadP == 0 && r.res.Row.WriteP == 0:
+			weak = r.res
+		case r.res.Row.ReadP == 1 && r.res.Row.WriteP == 1:
+			strong = r.res
+		}
+	}
+	if weak == nil || strong == nil {
+		return cpqctl.SLA{}, errors.New("deriving the SLA needs figure 2's rows at p = 0 and p = 1 (or give --sla-latency and --sla-stale)")
+	}
+	lw, ls := cpqbench.P95(weak.ReadLat), cpqbench.P95(strong.ReadLat)
+	if ls <= lw || weak.Proportion() == 0 {
+		return cpqctl.SLA{}, fmt.Errorf("no SLA between the levels: read p95 %v at p = 0, %v at p = 1; stale %.4f at p = 0 (give --sla-latency and --sla-stale)", lw, ls, weak.Proportion())
+	}
+	return cpqctl.SLA{Latency: lw + (ls-lw)*9/10, Stale: weak.Proportion() * 0.6}, nil
+}
+
+func rowSummary(r *cpqbench.Result) string {
+	return fmt.Sprintf("%-12s %6.0f ops/s  strong %4.2f  positive Γ %d/%d = %.4f (max %v)  read p95 %v  write p95 %v  errors %d  missed %d",
+		r.Row.Label, r.OpsPerSec(), cpqFrac(r.Strong, r.Ops), r.Positive, r.Values, r.Proportion(), r.Gamma.Round(time.Microsecond),
+		cpqbench.P95(r.ReadLat), cpqbench.P95(r.WriteLat), r.Errors, r.Missed)
+}
+
+func cpqFrac(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func cpqMS(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64)
+}
+
+func printCPQTable(w io.Writer, net string, rate float64, rows []cpqRow) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "bench cpq on %s, %.0f ops/s offered, 80%% reads, three replicas, one client each\n", net, rate)
+	fmt.Fprintln(tw, "figure\tdist\trow\tops/s\tstrong\tvalues\tpositive Γ\tproportion\tmax Γ ms\tread p50 ms\tread p95 ms\twrite p50 ms\twrite p95 ms\terrors\tmissed\t")
+	for _, r := range rows {
+		x := r.res
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%d\t%d\t%.4f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.figure, r.dist, x.Row.Label, x.OpsPerSec(),
+			cpqFrac(x.Strong, x.Ops), x.Values, x.Positive, x.Proportion(), cpqMS(x.Gamma), cpqMS(cpqP50(x.ReadLat)), cpqMS(cpqbench.P95(x.ReadLat)),
+			cpqMS(cpqP50(x.WriteLat)), cpqMS(cpqbench.P95(x.WriteLat)), x.Errors, x.Missed)
+	}
+	tw.Flush()
+}
+
+// controllerSummary says whether the SLA held: over the periods after the
+// controller first met it, and after the change, how long it took to meet
+// it again.
+func controllerSummary(dist string, sla cpqctl.SLA, changeAt time.Duration, changed bool, r *cpqbench.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "controller (%s): SLA %v over %v; whole run: read p95 %v, stale %.4f (%d/%d)\n", dist, sla, r.Elapsed.Round(time.Second),
+		cpqbench.P95(r.ReadLat), r.Proportion(), r.Positive, r.Values)
+	first := -1
+	for i, pt := range r.Timeline {
+		if pt.T >= 0 && pt.Verdict == cpqctl.Met.String() {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		fmt.Fprintf(&b, "  never met the SLA (last verdict %q)\n", r.Timeline[len(r.Timeline)-1].Verdict)
+		return b.String()
+	}
+	within, total := 0, 0
+	for _, pt := range r.Timeline[first:] {
+		total++
+		if pt.ReadP95 <= sla.Latency && !(pt.Stale > sla.Stale) {
+			within++
+		}
+	}
+	fmt.Fprintf(&b, "  first met at %v; from then, %d of %d periods within both bounds (windowed)\n", r.Timeline[first].T, within, total)
+	if changed {
+		// Re-converged: the first "met" whose window (the last three
+		// periods) lies wholly after the change and after the first
+		// violation the change caused, if it caused one.
+		at, viol, rec := time.Duration(-1), time.Duration(-1), time.Duration(-1)
+		for _, pt := range r.Timeline {
+			if pt.Event != "" && at < 0 {
+				at = pt.T
+			}
+			if at < 0 {
+				continue
+			}
+			if viol < 0 && (pt.ReadP95 > sla.Latency || pt.Stale > sla.Stale) {
+				viol = pt.T
+			}
+			if pt.T >= at+3*period(r) && pt.Verdict == cpqctl.Met.String() && viol >= 0 && pt.T > viol {
+				rec = pt.T - at
+				break
+			}
+		}
+		switch {
+		case at < 0:
+			fmt.Fprintf(&b, "  the change at %v did not happen\n", changeAt)
+		case viol < 0:
+			fmt.Fprintf(&b, "  after the change at %v: never outside the SLA\n", at.Round(100*time.Millisecond))
+		case rec < 0:
+			fmt.Fprintf(&b, "  after the change at %v: outside the SLA from %v later, not met again\n", at.Round(100*time.Millisecond), (viol - at).Round(100*time.Millisecond))
+		default:
+			fmt.Fprintf(&b, "  after the change at %v: outside the SLA from %v later; met again (three periods in a row) %v after the change\n",
+				at.Round(100*time.Millisecond), (viol - at).Round(100*time.Millisecond), rec.Round(100*time.Millisecond))
+		}
+	}
+	return b.String()
+}
+
+// period is the timeline's period.
+func period(r *cpqbench.Result) time.Duration {
+	if len(r.Timeline) < 2 {
+		return time.Second
+	}
+	return r.Timeline[1].T - r.Timeline[0].T
+}
+
+func writeCPQCSV(path, net string, rate float64, rows []cpqRow) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(fh)
+	w.Write([]string{"figure", "dist", "net", "row", "read_p", "write_p", "read_delay_ms", "target_ops_per_s", "ops_per_s", "ops", "reads", "writes",
+		"strong_frac", "values", "positive", "proportion", "max_gamma_ms", "unmatched_reads", "read_p50_ms", "read_p95_ms", "write_p50_ms", "write_p95_ms", "errors", "missed"})
+	for _, r := range rows {
+		x := r.res
+		w.Write([]string{r.figure, r.dist, net, x.Row.Label, cpqF(x.Row.ReadP), cpqF(x.Row.WriteP), cpqMS(x.Row.ReadDelay), cpqF(rate), cpqF(x.OpsPerSec()),
+			cpqU(x.Ops), cpqU(x.Reads), cpqU(x.Writes), cpqF(cpqFrac(x.Strong, x.Ops)), strconv.Itoa(x.Values), strconv.Itoa(x.Positive), cpqF(x.Proportion()),
+			cpqMS(x.Gamma), strconv.Itoa(x.Unmatched), cpqMS(cpqP50(x.ReadLat)), cpqMS(cpqbench.P95(x.ReadLat)), cpqMS(cpqP50(x.WriteLat)),
+			cpqMS(cpqbench.P95(x.WriteLat)), cpqU(x.Errors), cpqU(x.Missed)})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+func writeTimelineCSV(path string, pts []cpqbench.Point) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(fh)
+	w.Write([]string{"t_s", "p", "read_p95_ms", "stale", "ops_per_s", "verdict", "event"})
+	for _, pt := range pts {
+		stale := ""
+		if !math.IsNaN(pt.Stale) && pt.Stale >= 0 {
+			stale = cpqF(pt.Stale)
+		}
+		w.Write([]string{cpqF(pt.T.Seconds()), cpqF(pt.P), cpqMS(pt.ReadP95), stale, cpqF(pt.OpsPerS), pt.Verdict, pt.Event})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+// cpqP50 is a latency histogram's median.
+func cpqP50(h *hdrhistogram.Histogram) time.Duration {
+	return time.Duration(h.ValueAtQuantile(50)) * time.Microsecond
+}
+
+func cpqF(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
+func cpqU(x uint64) string  { return strconv.FormatUint(x, 10) }

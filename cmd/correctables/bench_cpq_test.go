@@ -1,0 +1,62 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/correctables/correctables/internal/cpqbench"
+	"github.com/correctables/correctables/internal/cpqctl"
+	"github.com/correctables/correctables/internal/loadgen"
+)
+
+func TestBenchCPQBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dists", "zipfian"}, "--dists"},
+		{[]string{"--figures", "4"}, "--figures"},
+		{[]string{"--p", "1.5"}, "--p"},
+		{[]string{"--ad", "-5ms"}, "--ad"},
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--duration", "0s"}, "--duration"},
+		{[]string{"--period", "1ms"}, "--period"},
+		{[]string{"--sla-stale", "1"}, "--sla-stale"},
+		{[]string{"--figures", "ctl"}, "--sla-latency"},
+		{[]string{"--change-at", "1h"}, "--change-at"},
+		{[]string{"--replica-delay", "-1ms"}, "--replica-delay"},
+	} {
+		cmd := newCPQCmd()
+		cmd.SetArgs(tc.args)
+		cmd.SetOut(&strings.Builder{})
+		cmd.SetErr(&strings.Builder{})
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench cpq %s: %v, want an error naming %s", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
+
+func TestControllerSummaryReconvergence(t *testing.T) {
+	sla := cpqctl.SLA{Latency: 100 * time.Millisecond, Stale: 0.02}
+	r := &cpqbench.Result{ReadLat: loadgen.NewHistogram(), WriteLat: loadgen.NewHistogram()}
+	// Within until the change at 10 s, violated at 13-15 s, met again from 18 s.
+	for i := range 25 {
+		pt := cpqbench.Point{T: time.Duration(i) * time.Second, ReadP95: 50 * time.Millisecond, Stale: 0.01, Verdict: "met"}
+		if i == 10 {
+			pt.Event = "+10ms"
+		}
+		if i >= 13 && i <= 15 {
+			pt.Stale, pt.Verdict = 0.05, "adjusting"
+		}
+		if i >= 16 && i < 18 {
+			pt.Verdict = "adjusting"
+		}
+		r.Timeline = append(r.Timeline, pt)
+	}
+	got := controllerSummary("latest", sla, 10*time.Second, true, r)
+	if !strings.Contains(got, "outside the SLA from 3s later; met again (three periods in a row) 8s after the change") {
+		t.Fatalf("summary:\n%s", got)
+	}
+}

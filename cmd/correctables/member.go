@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/correctables/correctables/api"
+)
+
+func newMemberCmd(cf *connFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "member",
+		Short: "List, add, promote and remove the replicas of a running cluster",
+		Long: `member changes the set of replicas through raft configuration changes, so
+every replica agrees on the members at every point of the log. A change of
+one voter is applied as it is; raft goes through joint consensus when more
+than one voter changes. Each command asks the first replica of --endpoints
+that answers and returns once that replica has applied the change.
+
+replace removes one voter and adds another in a single change, through
+joint consensus; the new replica is then started with serve --join.
+
+Replacing a dead host (see README.md):
+  correctables member remove 3
+  correctables member add --peer-addr host4:7101 --learner      # prints the new id, 4
+  correctables serve --join --id 4 --data /new/empty/dir --peers 1=host1:7101,2=host2:7101,4=host4:7101
+  correctables member promote 4                                 # once it has caught up`,
+	}
+	cmd.AddCommand(newMemberListCmd(cf), newMemberAddCmd(cf), newMemberPromoteCmd(cf), newMemberRemoveCmd(cf), newMemberReplaceCmd(cf))
+	return cmd
+}
+
+func newMemberListCmd(cf *connFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the members as a replica has applied them",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
+				return c.MemberList(ctx, &api.MemberListRequest{})
+			})
+			if err != nil {
+				return err
+			}
+			printMembers(cmd.OutOrStdout(), l)
+			return nil
+		},
+	}
+	cf.registerData(cmd)
+	return cmd
+}
+
+func newMemberAddCmd(cf *connFlags) *cobra.Command {
+	var (
+		id      uint64
+		addr    string
+		learner bool
+	)
+	cmd := &cobra.Command{
+		Use:   "add --peer-addr HOST:PORT [--id N] [--learner]",
+		Short: "Add a replica; then start it with serve --join and an empty data directory",
+		Long: `add adds a replica to the configuration. --peer-addr is where the other
+replicas reach it; --id defaults to one above every id the cluster has used
+(a removed id is never used again). A --learner receives the log but does
+not vote until promoted (member promote): add new replicas as learners so
+that a replica still catching up never counts in a quorum. Then start the
+new replica with serve --join, its --id, an empty --data and --peers naming
+it and replicas of the cluster; it catches up from the leader's log or
+snapshot.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addr == "" {
+				return fmt.Errorf("member add: --peer-addr HOST:PORT is required (where the other replicas reach the new one)")
+			}
+			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
+				return c.MemberAdd(ctx, &api.MemberAddRequest{Id: id, PeerAddr: addr, Learner: learner})
+			})
+			if err != nil {
+				return err
+			}
+			added := id
+			if added == 0 {
+				for _, m := range l.GetMembers() {
+					if m.GetPeerAddr() == addr {
+						added = max(added, m.GetId())
+					}
+				}
+			}
+			role := "voter"
+			if learner {
+				role = "learner"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added replica %d (%s) at %s\n", added, role, addr)
+			printMembers(cmd.OutOrStdout(), l)
+			fmt.Fprintf(cmd.OutOrStdout(), "start it with: correctables serve --join --id %d --data EMPTY_DIR --peers %d=%s,%s\n",
+				added, added, addr, peersFlag(l, added))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Uint64Var(&id, "id", 0, "the new replica's id (default: one above every id used)")
+	f.StringVar(&addr, "peer-addr", "", "HOST:PORT where the other replicas reach the new one (required)")
+	f.BoolVar(&learner, "learner", false, "add as a learner (no vote until member promote)")
+	cf.registerData(cmd)
+	return cmd
+}
+
+// peersFlag lists the members other than id with their addresses, as
+// serve's --peers takes them.
+func peersFlag(l *api.MemberListReply, id uint64) string {
+	var parts []string
+	for _, m := range l.GetMembers() {
+		if m.GetId() != id && m.GetPeerAddr() != "" {
+			parts = append(parts, fmt.Sprintf("%d=%s", m.GetId(), m.GetPeerAddr()))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func newMemberPromoteCmd(cf *connFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "promote ID",
+		Short: "Make a learner a voter",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseMemberID(args[0])
+			if err != nil {
+				return err
+			}
+			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
+				return c.MemberPromote(ctx, &api.MemberPromoteRequest{Id: id})
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "promoted replica %d to voter\n", id)
+			printMembers(cmd.OutOrStdout(), l)
+			return nil
+		},
+	}
+	cf.registerData(cmd)
+	return cmd
+}
+
+func newMemberRemoveCmd(cf *connFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a replica for good (it stops; its id is never used again)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseMemberID(args[0])
+			if err != nil {
+				return err
+			}
+			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
+				return c.MemberRemove(ctx, &api.MemberRemoveRequest{Id: id})
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed replica %d\n", id)
+			printMembers(cmd.OutOrStdout(), l)
+			return nil
+		},
+	}
+	cf.registerData(cmd)
+	return cmd
+}
+
+func newMemberReplaceCmd(cf *connFlags) *cobra.Command {
+	var (
+		id   uint64
+		addr string
+	)
+	cmd := &cobra.Command{
+		Use:   "replace OLD --peer-addr HOST:PORT [--id N]",
+		Short: "Replace voter OLD by a new voter in one change (joint consensus)",
+		Long: `replace removes voter OLD and adds a new voter in one configuration change:
+raft goes through the joint configuration (a quorum of the old voters and
+one of the new) and leaves it by itself, so the cluster never has fewer
+voters. Then start the new replica with serve --join and an empty data
+directory. Until it has caught up, the quorum needs every other voter.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			old, err := parseMemberID(args[0])
+			if err != nil {
+				return err
+			}
+			if addr == "" {
+				return fmt.Errorf("member replace: --peer-addr HOST:PORT is required (where the other replicas reach the new one)")
+			}
+			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
+				return c.MemberReplace(ctx, &api.MemberReplaceRequest{Remove: old, Id: id, PeerAddr: addr})
+			})
+			if err != nil {
+				return err
+			}
+			added := id
+			if added == 0 {
+				for _, m := range l.GetMembers() {
+					if m.GetPeerAddr() == addr {
+						added = max(added, m.GetId())
+					}
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "replaced replica %d by replica %d (voter) at %s\n", old, added, addr)
+			printMembers(cmd.OutOrStdout(), l)
+			fmt.Fprintf(cmd.OutOrStdout(), "start it with: correctables serve --join --id %d --data EMPTY_DIR --peers %d=%s,%s\n",
+				added, added, addr, peersFlag(l, added))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Uint64Var(&id, "id", 0, "the new replica's id (default: one above every id used)")
+	f.StringVar(&addr, "peer-addr", "", "HOST:PORT where the other replicas reach the new one (required)")
+	cf.registerData(cmd)
+	return cmd
+}
+
+func parseMemberID(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, fmt.Errorf("member: replica id %q is not a positive integer", s)
+	}
+	return id, nil
+}
+
+// memberCall runs call against the first endpoint that answers. A refusal
+// (invalid change) is final; an unreachable replica passes to the next.
+func memberCall(cmd *cobra.Command, cf *connFlags, call func(context.Context, api.ClusterClient) (*api.MemberListReply, error)) (*api.MemberListReply, error) {
+	eps, err := cf.resolve()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := cf.commandContext(cmd)
+	defer cancel()
+	var errs []string
+	for _, ep := range eps {
+		cc, err := cf.dialEndpoint(ep)
+		if err != nil {
+			return nil, err
+		}
+		l, err := call(ctx, api.NewClusterClient(cc))
+		cc.Close()
+		if err == nil {
+			return l, nil
+		}
+		if c := status.Code(err); c == codes.InvalidArgument || c == codes.FailedPrecondition {
+			return nil, fmt.Errorf("server (%s): %s", ep, rpcCause(err))
+		}
+		errs = append(errs, fmt.Sprintf("%s: %s", ep, rpcCause(err)))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("member: no replica answered: %s", strings.Join(errs, "; "))
+}
+
+func printMembers(w io.Writer, l *api.MemberListReply) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tPEER ADDRESS")
+	for _, m := range l.GetMembers() {
+		role := "voter"
+		if m.GetLearner() {
+			role = "learner"
+		}
+		if m.GetId() == l.GetLeader() {
+			role += " (leader)"
+		}
+		addr := m.GetPeerAddr()
+		if addr == "" {
+			addr = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", m.GetId(), role, addr)
+	}
+	tw.Flush()
+	var notes []string
+	if len(l.GetRemoved()) > 0 {
+		var ids []string
+		for _, id := range l.GetRemoved() {
+			ids = append(ids, strconv.FormatUint(id, 10))
+		}
+		notes = append(notes, "removed (never reused): "+strings.Join(ids, ", "))
+	}
+	if l.GetJoint() {
+		notes = append(notes, "joint configuration: a change of several voters is in progress")
+	}
+	notes = append(notes, fmt.Sprintf("as applied by replica %d at index %d", l.GetId(), l.GetAppliedIndex()))
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+}

@@ -1,0 +1,75 @@
+// Package extstore starts the stores other than ours that the bindings run
+// on, for tests, examples and measurements: a three-member etcd cluster in
+// this process (go.etcd.io/etcd/server/v3/embed), a three-server ZooKeeper
+// ensemble and a Redis primary with two replicas, both from Debian's
+// packages (zookeeper, redis-server), as child processes on loopback ports
+// with their data in a directory of the caller's. Stop stops them and
+// removes nothing (the caller owns the directory; tests use t.TempDir).
+package extstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// ErrNotInstalled is returned when a store's programs are not on this
+// machine.
+var ErrNotInstalled = errors.New("not installed")
+
+// Require handles a failure to start a store in a test: outside CI (CI
+// unset or not "true") the test is skipped with the reason, so that a
+// developer without the Debian packages still runs the rest; in CI
+// (CI=true, as .ci/run sets) it fails.
+func Require(t testing.TB, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s could not be started (CI=true, so this fails rather than skips): %v", what, err)
+	}
+	t.Skipf("%s could not be started, skipping (set CI=true to make this a failure; apt-get install zookeeper redis-server): %v", what, err)
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1. They are free
+// when returned; a process started right after takes them.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("extstore: free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// retry starts servers up to three times, each in a fresh sub-directory of
+// dir: the free ports they are given may be taken by another process
+// before they bind them.
+func retry[S any](ctx context.Context, dir string, start func(dir string) (S, error)) (S, error) {
+	var (
+		s   S
+		err error
+	)
+	for attempt := range 3 {
+		s, err = start(filepath.Join(dir, fmt.Sprintf("try%d", attempt+1)))
+		if err == nil || errors.Is(err, ErrNotInstalled) || ctx.Err() != nil {
+			return s, err
+		}
+	}
+	return s, err
+}
