@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -368,4 +369,33 @@ func TestConverged(t *testing.T) {
 	r = ok()
 	r[2].Tentative = nil
 	mustFail(t, CheckConverged(r), "tentative lists differ: lengths 1 vs 0")
+}
+
+// After a timeout of the whole check, checkParts says which key is not
+// linearizable (with its longest linearizable prefix) and which are.
+func TestCheckPartsNamesTheBadKey(t *testing.T) {
+	val := func(v string) state.Result { return state.Result{Found: true, Value: []byte(v)} }
+	records := []Record{
+		{Client: 1, Op: put("good", "a"), Strong: true, ID: OpID{1, 1}, Invoke: 0, Acked: true,
+			Views: []View{final(10, notFound, 1, nil)}},
+		{Client: 2, Op: get("good"), Strong: true, Invoke: 20, Acked: true,
+			Views: []View{final(30, val("a"), 1, nil)}},
+		{Client: 1, Op: put("bad", "x"), Strong: true, ID: OpID{1, 2}, Invoke: 40, Acked: true,
+			Views: []View{final(50, notFound, 2, nil)}},
+		// Reads a value never written.
+		{Client: 2, Op: get("bad"), Strong: true, Invoke: 60, Acked: true,
+			Views: []View{final(70, val("y"), 2, nil)}},
+		// A pending write on the good key.
+		{Client: 3, Op: put("good", "b"), Invoke: 80},
+	}
+	ops, err := linearizableOps(records, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := checkParts(Model(), ops, records, 10*time.Second)
+	for _, want := range []string{`keys ["good"]: 3 ops (1 pending): Ok`, `keys ["bad"]: 2 ops (0 pending): Illegal`, `strong get("bad")`, `saw {found value="y"}`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("checkParts output lacks %q:\n%s", want, got)
+		}
+	}
 }

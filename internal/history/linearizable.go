@@ -3,6 +3,7 @@ package history
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -149,7 +150,8 @@ func CheckLinearizableWith(records []Record, committed []OpID, opts Linearizable
 	case porcupine.Ok:
 		return res, nil
 	case porcupine.Unknown:
-		return res, fmt.Errorf("%w: porcupine timed out after %v, and the committed order is not a linearization: %s", ErrInconclusive, opts.Timeout, why)
+		return res, fmt.Errorf("%w: porcupine timed out after %v, and the committed order is not a linearization: %s; by partition:%s",
+			ErrInconclusive, opts.Timeout, why, checkParts(model, ops, records, opts.Timeout))
 	}
 	// Search again, keeping the partial linearizations for the report. It
 	// finds the same violation (the search is deterministic in its input).
@@ -441,4 +443,33 @@ func visualize(model porcupine.Model, info porcupine.LinearizationInfo, path str
 		return "", err
 	}
 	return path, nil
+}
+
+// checkParts checks each partition of ops (a key, or keys linked by
+// transactions and scans) on its own, each bounded by a share of timeout, and
+// describes the outcome of each: after a timeout of the whole check, it names
+// the partitions that are hard or not linearizable, with the longest
+// linearizable prefix of each one that is not.
+func checkParts(model porcupine.Model, ops []porcupine.Operation, records []Record, timeout time.Duration) string {
+	parts := model.Partition(ops)
+	budget := max(timeout/time.Duration(max(len(parts), 1)), time.Second)
+	var b strings.Builder
+	for _, part := range parts {
+		keys := map[string]bool{}
+		pending := 0
+		for _, o := range part {
+			keys[o.Input.(ModelInput).Op.Key] = true
+			if o.Input.(ModelInput).UnknownOutput {
+				pending++
+			}
+		}
+		res := porcupine.CheckOperationsTimeout(model, part, budget)
+		fmt.Fprintf(&b, "\n    keys %q: %d ops (%d pending): %v", slices.Sorted(maps.Keys(keys)), len(part), pending, res)
+		if res == porcupine.Illegal {
+			if vres, info := porcupine.CheckOperationsVerbose(model, part, budget); vres == porcupine.Illegal {
+				b.WriteString(": " + strings.ReplaceAll(explainIllegal(model, info, [][]porcupine.Operation{part}, records), "\n", "\n      "))
+			}
+		}
+	}
+	return b.String()
 }

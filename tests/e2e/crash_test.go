@@ -145,6 +145,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 
 	records := rec.Records()
+	dumpRecords(t, records)
 	summarize(t, records, finals)
 	if err := history.CheckFinalOnce(records); err != nil {
 		t.Error(err)
@@ -153,7 +154,6 @@ func TestCrashRecovery(t *testing.T) {
 	checkWeakReads(t, records)
 	res, err := history.CheckLinearizable(records, nil, 60*time.Second)
 	if res != porcupine.Ok {
-		dumpRecords(t, records)
 		t.Errorf("linearizability: %v: %v", res, err)
 	}
 }
