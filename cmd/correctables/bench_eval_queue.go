@@ -99,7 +99,7 @@ func runQueue(ctx context.Context, out, progress io.Writer, f evalFlags, ops, pe
 	series := []evalplot.Series{{Name: "invoke: preliminary view"}, {Name: "invoke: final view"}, {Name: "invokeStrong only (baseline)"}}
 	var cats []string
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "replica\tleader\tprelim mean\tfinal mean\tstrong-only mean\tbytes/enqueue weak\tinvoke\t")
+	fmt.Fprintln(tw, "replica\tleader\tpreliminary mean\tfinal mean\tstrong-only mean\tbytes/enqueue weak\tinvoke\t")
 	seq := 0
 	for i, pl := range placements {
 		fmt.Fprintf(progress, "[%d/%d] queue: client in IRL, replica in %s, leader in %s, %d enqueues each way\n", i+1, len(placements), pl.replica, pl.leader, ops)

@@ -87,11 +87,11 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 	}
 	defer y.close()
 	header := []string{"workload", "mode", "rate_per_client", "region", "throughput_total", "throughput_client",
-		"prelim_mean_ms", "prelim_p99_ms", "final_mean_ms", "final_p99_ms", "ops", "failed", "dropped"}
+		"preliminary_mean_ms", "preliminary_p99_ms", "final_mean_ms", "final_p99_ms", "ops", "failed", "dropped"}
 	var rows [][]string
 	modes := []loadgen.Mode{loadgen.Weak, loadgen.Strong, loadgen.Invoke}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\toffered/client\tthroughput\tIRL prelim mean\tIRL final mean\tfinal/prelim\tfailed\tdropped\t")
+	fmt.Fprintln(tw, "workload\tmode\toffered/client\tthroughput\tIRL preliminary mean\tIRL final mean\tfinal/preliminary\tfailed\tdropped\t")
 	total := len(ws) * len(modes) * len(rates)
 	n := 0
 	for _, w := range ws {

@@ -378,7 +378,7 @@ func report(out io.Writer, p *loadPlan, targets []*target, rows []*loadgen.Resul
 		return err
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "latencies in ms from the invocation; etcd's one view is under final (strong, invoke) or prelim (weak);")
+	fmt.Fprintln(out, "latencies in ms from the invocation; etcd's one view is under final (strong, invoke) or preliminary (weak);")
 	fmt.Fprintln(out, "B/op: gRPC wire bytes of requests and replies per op; ratios: ours / etcd's (p99 of the mode's last view)")
 	for _, t := range targets {
 		switch {

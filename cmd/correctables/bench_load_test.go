@@ -55,14 +55,23 @@ func TestBenchLoadInProcess(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("bench load: %v\n%s\n%s", err, progress.String(), out.String())
 	}
-	for _, want := range []string{"correctables  invoke", "correctables    weak", "in-process: CPU and RSS of the whole bench process"} {
+	for _, want := range []string{"correctables  invoke", "correctables    weak", "in-process: CPU and RSS of the whole bench process",
+		"preliminary p50", "or preliminary (weak)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
+	if !strings.Contains(progress.String(), "preliminary p50/p99") {
+		t.Errorf("progress lacks the preliminary view's latencies:\n%s", progress.String())
+	}
 	b, err := os.ReadFile(csv)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"output": out.String(), "progress": progress.String(), "CSV": string(b)} {
+		if m := abbreviated.FindString(text); m != "" {
+			t.Errorf("%s says %q, not preliminary:\n%s", name, m, text)
+		}
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "system,mode,") || !strings.HasPrefix(lines[1], "correctables,invoke,a,hotspot,2,1,") {

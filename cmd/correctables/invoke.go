@@ -128,7 +128,10 @@ probability for updates, --read-delay an artificial delay before a weak read,
 --seed the draw). --session FILE runs the operation within a session kept
 in FILE and prints the guarantees each view satisfies for it; --sla
 cart|password|web|FILE.json reads a key under a consistency-based SLA
-(Pileus §3.3) and prints the subSLA each view met and its utility.
+(Pileus §3.3) and prints the subSLA each view met and its utility, the
+view the Get settles on labelled final. Everywhere else a view is labelled
+by its level: the weak view is the preliminary one and the strong view the
+final one, also when it is the only view asked for.
 
 ` + opUsage,
 		// Flags are parsed by parseKeepingNegatives: incr n -5.

@@ -150,6 +150,8 @@ func (f *slaFlags) run(ctx context.Context, cmd *cobra.Command, c *client.Client
 	}
 	cor := c.InvokeSLA(ctx, s, sla, key)
 	for v := range cor.Views() {
+		// An SLA's views rank its subSLAs, not the weak and strong
+		// levels: the one the Get settles on is the final view.
 		kind := "preliminary"
 		if v.Final {
 			kind = "final"
@@ -189,17 +191,15 @@ func printSessionViews(w io.Writer, op client.Op, cor *correctable.Correctable[c
 		g, _ := client.GuaranteesOf(v)
 		if asJSON {
 			b, _ := json.Marshal(struct {
+				View string `json:"view"`
 				viewJSON
 				Guarantees string `json:"guarantees"`
-			}{viewJSON{Level: v.Level.String(), Final: v.Final, Confirmed: v.Confirmed,
+			}{viewName(v.Level), viewJSON{Level: v.Level.String(), Final: v.Final, Confirmed: v.Confirmed,
 				ElapsedMS: float64(v.Elapsed.Microseconds()) / 1000, Result: resultJSON(v.Value), Replica: st.Replica}, g.String()})
 			fmt.Fprintln(w, string(b))
 			continue
 		}
-		kind := "preliminary"
-		if v.Final {
-			kind = "final"
-		}
+		kind := viewName(v.Level)
 		val := formatResult(op, v.Value)
 		if v.Confirmed {
 			val = "confirmed"

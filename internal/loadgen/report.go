@@ -79,7 +79,7 @@ func WriteTable(w io.Writer, rows []*Result, ours string) error {
 		peers = peers || (r.System == ours && Peer(r, rows) != nil)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "system\tmode\twl\tconc\tops/s\tprelim p50\tp99\tfinal p50\tp99\tdiverged\tB/op\tCPU s/1k ops\tpeak RSS MiB\terrors\t"
+	head := "system\tmode\twl\tconc\tops/s\tpreliminary p50\tp99\tfinal p50\tp99\tdiverged\tB/op\tCPU s/1k ops\tpeak RSS MiB\terrors\t"
 	if peers {
 		head += "ops/s ratio\tp99 ratio\tCPU/op ratio\tRSS ratio\t"
 	}
@@ -119,7 +119,7 @@ func WriteTable(w io.Writer, rows []*Result, ours string) error {
 
 // CSVHeader is the header row of WriteCSV.
 var CSVHeader = []string{"system", "mode", "workload", "dist", "concurrency", "conns", "seconds", "ops", "errors",
-	"ops_per_s", "prelim_p50_ms", "prelim_p99_ms", "final_p50_ms", "final_p99_ms", "divergence",
+	"ops_per_s", "preliminary_p50_ms", "preliminary_p99_ms", "final_p50_ms", "final_p99_ms", "divergence",
 	"bytes_per_op", "server_cpu_s_per_1k_ops", "server_peak_rss_mib", "server_note",
 	"ratio_ops_per_s", "ratio_p99", "ratio_cpu_per_op", "ratio_rss", "slowest_second_ops_per_s", "served_by"}
 
@@ -171,7 +171,7 @@ func WriteCSV(w io.Writer, rows []*Result, ours string) error {
 func Describe(r *Result) string {
 	s := fmt.Sprintf("%s %s c=%d: %.0f ops/s, %d ops, %d errors", r.System, r.Mode, r.Concurrency, r.OpsPerSec(), r.Ops, r.Errors)
 	if r.Prelim.TotalCount() > 0 {
-		s += fmt.Sprintf(", prelim p50/p99 %s/%s ms", ms(r.Prelim, 1, 50), ms(r.Prelim, 1, 99))
+		s += fmt.Sprintf(", preliminary p50/p99 %s/%s ms", ms(r.Prelim, 1, 50), ms(r.Prelim, 1, 99))
 	}
 	if r.Final.TotalCount() > 0 {
 		s += fmt.Sprintf(", final p50/p99 %s/%s ms", ms(r.Final, 1, 50), ms(r.Final, 1, 99))
