@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -147,8 +148,13 @@ func New(cfg Config) (*Node, error) {
 		if len(cfg.Peers) == 0 {
 			return nil, errors.New("consensus: empty storage and no Peers to bootstrap with")
 		}
-		peers := make([]raft.Peer, len(cfg.Peers))
-		for i, id := range cfg.Peers {
+		// Every replica bootstraps with the same configuration entries in
+		// the same order, whatever order its caller lists the peers in, so
+		// that entries 1..n are the same on every replica's log (raft's log
+		// matching property).
+		ids := slices.Sorted(slices.Values(cfg.Peers))
+		peers := make([]raft.Peer, len(ids))
+		for i, id := range ids {
 			peers[i] = raft.Peer{ID: id}
 		}
 		if err := rn.Bootstrap(peers); err != nil {

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -164,6 +165,33 @@ func TestConfigValidation(t *testing.T) {
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+}
+
+// Replicas bootstrap with the same configuration entries in the same order
+// whatever order they are given the peers in (a caller may list them from a
+// map), so that every log holds the same entries 1..n.
+func TestBootstrapEntriesIndependentOfPeerOrder(t *testing.T) {
+	var first []*raftpb.Entry
+	for i, peers := range [][]uint64{{1, 2, 3}, {3, 1, 2}, {2, 3, 1}} {
+		st := raft.NewMemoryStorage()
+		n, err := New(Config{ID: uint64(i + 1), Peers: peers, Storage: st, Rand: rand.New(rand.NewPCG(1, 1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ents := n.Ready().Entries
+		if len(ents) != 3 {
+			t.Fatalf("peers %v: %d bootstrap entries, want 3", peers, len(ents))
+		}
+		if first == nil {
+			first = ents
+			continue
+		}
+		for j := range ents {
+			if ents[j].GetIndex() != first[j].GetIndex() || ents[j].GetTerm() != first[j].GetTerm() || !bytes.Equal(ents[j].GetData(), first[j].GetData()) {
+				t.Errorf("peers %v: entry %d = %v, with peers [1 2 3] it was %v", peers, j+1, ents[j], first[j])
+			}
 		}
 	}
 }
