@@ -16,12 +16,10 @@ package ads
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/correctables/correctables/correctable"
@@ -53,8 +51,9 @@ type Stats struct {
 
 // Server serves ads from a store.
 type Server struct {
-	b                                               store.Binding
-	requests, speculations, rerun, aborted, fetches atomic.Uint64
+	b                 store.Binding
+	requests, fetches atomic.Uint64
+	spec              store.Speculation
 }
 
 // New returns a Server on binding b.
@@ -62,8 +61,9 @@ func New(b store.Binding) *Server { return &Server{b: b} }
 
 // Stats returns the counts so far.
 func (s *Server) Stats() Stats {
-	return Stats{Requests: s.requests.Load(), Speculations: s.speculations.Load(),
-		Rerun: s.rerun.Load(), Aborted: s.aborted.Load(), Fetches: s.fetches.Load()}
+	runs, reruns, aborted := s.spec.Counts()
+	return Stats{Requests: s.requests.Load(), Speculations: runs,
+		Rerun: reruns, Aborted: aborted, Fetches: s.fetches.Load()}
 }
 
 // FetchAds serves user uid's ads, speculating on the preliminary view of
@@ -71,17 +71,7 @@ func (s *Server) Stats() Stats {
 // ads fetched from the final references.
 func (s *Server) FetchAds(ctx context.Context, uid int) *correctable.Correctable[[]Ad] {
 	s.requests.Add(1)
-	refs := store.Read(ctx, s.b, ProfileKey(uid))
-	var runs atomic.Int32
-	return correctable.SpeculateFunc(refs, func(a, b store.Result) bool { return a.Equal(b) },
-		func(ctx context.Context, r store.Result) ([]Ad, error) {
-			s.speculations.Add(1)
-			if runs.Add(1) == 2 {
-				s.rerun.Add(1)
-			}
-			return s.getAds(ctx, r)
-		},
-		func([]Ad) { s.aborted.Add(1) })
+	return store.ReadSpeculate(ctx, s.b, ProfileKey(uid), &s.spec, s.getAds)
 }
 
 // FetchAdsStrong serves user uid's ads without speculation: it waits for
@@ -109,26 +99,20 @@ func (s *Server) getAds(ctx context.Context, profile store.Result) ([]Ad, error)
 	if err != nil {
 		return nil, err
 	}
-	ads := make([]Ad, len(ids))
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
+	keys := make([]string, len(ids))
 	for i, id := range ids {
-		wg.Go(func() {
-			s.fetches.Add(1)
-			r, err := store.Final(ctx, s.b, store.Get(AdKey(id)))
-			switch {
-			case err != nil:
-				errs[i] = err
-			case !r.Found:
-				errs[i] = fmt.Errorf("ads: ad %d referenced but missing", id)
-			default:
-				ads[i] = Ad{ID: id, Content: string(r.Value)}
-			}
-		})
+		keys[i] = AdKey(id)
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	s.fetches.Add(uint64(len(ids)))
+	values, err := store.GetAll(ctx, s.b, keys, func(i int) error {
+		return fmt.Errorf("ads: ad %d referenced but missing", ids[i])
+	})
+	if err != nil {
 		return nil, err
+	}
+	ads := make([]Ad, len(ids))
+	for i, id := range ids {
+		ads[i] = Ad{ID: id, Content: string(values[i])}
 	}
 	return ads, nil
 }

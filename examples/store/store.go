@@ -10,6 +10,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -160,4 +161,64 @@ func LoadAll(ctx context.Context, b Binding, ops []Op, concurrency int, progress
 		return err
 	}
 	return nil
+}
+
+// Speculation counts what speculating on reads (ReadSpeculate) did. It is
+// safe for concurrent use.
+type Speculation struct {
+	runs, reruns, aborted atomic.Uint64
+}
+
+// Counts returns the counts so far: runs, times the speculative function
+// ran on a view; reruns, reads whose final view contradicted the
+// preliminary one, so the function ran again on it; aborted, runs that had
+// completed when contradicted, whose result was thrown away (the others
+// were cancelled midway).
+func (s *Speculation) Counts() (runs, reruns, aborted uint64) {
+	return s.runs.Load(), s.reruns.Load(), s.aborted.Load()
+}
+
+// ReadSpeculate reads key (Read, every level) and runs f speculatively on
+// its views (correctable.SpeculateFunc, views compared with Result.Equal):
+// on the preliminary view, and again on the final one when it differs. The
+// Correctable returned closes with f's result on the final view. counts
+// counts the runs.
+func ReadSpeculate[T any](ctx context.Context, b Binding, key string, counts *Speculation, f func(context.Context, Result) (T, error)) *correctable.Correctable[T] {
+	var runs atomic.Int32
+	return correctable.SpeculateFunc(Read(ctx, b, key), func(x, y Result) bool { return x.Equal(y) },
+		func(ctx context.Context, r Result) (T, error) {
+			counts.runs.Add(1)
+			if runs.Add(1) == 2 {
+				counts.reruns.Add(1)
+			}
+			return f(ctx, r)
+		},
+		func(T) { counts.aborted.Add(1) })
+}
+
+// GetAll reads keys in parallel, each with a final read (Final of a Get),
+// and returns their values in order. A missing key is the error missing(i)
+// returns for keys[i]; the errors of all the reads are joined.
+func GetAll(ctx context.Context, b Binding, keys []string, missing func(i int) error) ([][]byte, error) {
+	values := make([][]byte, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Go(func() {
+			r, err := Final(ctx, b, Get(key))
+			switch {
+			case err != nil:
+				errs[i] = err
+			case !r.Found:
+				errs[i] = missing(i)
+			default:
+				values[i] = r.Value
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return values, nil
 }

@@ -50,7 +50,8 @@ type App struct {
 	// Show is how many of the latest tweets a timeline shows. Default 10.
 	Show int
 
-	timelines, speculations, rerun, aborted, fetches, posts atomic.Uint64
+	timelines, fetches, posts atomic.Uint64
+	spec                      store.Speculation
 }
 
 // New returns the application on binding b.
@@ -58,25 +59,16 @@ func New(b store.Binding) *App { return &App{b: b, Show: 10} }
 
 // Stats returns the counts so far.
 func (a *App) Stats() Stats {
-	return Stats{Timelines: a.timelines.Load(), Speculations: a.speculations.Load(),
-		Rerun: a.rerun.Load(), Aborted: a.aborted.Load(), Fetches: a.fetches.Load(), Posts: a.posts.Load()}
+	runs, reruns, aborted := a.spec.Counts()
+	return Stats{Timelines: a.timelines.Load(), Speculations: runs,
+		Rerun: reruns, Aborted: aborted, Fetches: a.fetches.Load(), Posts: a.posts.Load()}
 }
 
 // GetTimeline returns user's latest tweets, speculating on the preliminary
 // view of the tweet ids.
 func (a *App) GetTimeline(ctx context.Context, user int) *correctable.Correctable[[]Tweet] {
 	a.timelines.Add(1)
-	ids := store.Read(ctx, a.b, TimelineKey(user))
-	var runs atomic.Int32
-	return correctable.SpeculateFunc(ids, func(x, y store.Result) bool { return x.Equal(y) },
-		func(ctx context.Context, r store.Result) ([]Tweet, error) {
-			a.speculations.Add(1)
-			if runs.Add(1) == 2 {
-				a.rerun.Add(1)
-			}
-			return a.fetch(ctx, r)
-		},
-		func([]Tweet) { a.aborted.Add(1) })
+	return store.ReadSpeculate(ctx, a.b, TimelineKey(user), &a.spec, a.fetch)
 }
 
 // GetTimelineStrong returns user's latest tweets without speculation: the
@@ -107,26 +99,20 @@ func (a *App) fetch(ctx context.Context, timeline store.Result) ([]Tweet, error)
 		return nil, timeline.Err
 	}
 	ids := Latest(string(timeline.Value), a.Show)
-	out := make([]Tweet, len(ids))
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
+	keys := make([]string, len(ids))
 	for i, id := range ids {
-		wg.Go(func() {
-			a.fetches.Add(1)
-			r, err := store.Final(ctx, a.b, store.Get(TweetKey(id)))
-			switch {
-			case err != nil:
-				errs[i] = err
-			case !r.Found:
-				errs[i] = fmt.Errorf("timeline: tweet %s in a timeline but missing", id)
-			default:
-				out[i] = Tweet{ID: id, Text: string(r.Value)}
-			}
-		})
+		keys[i] = TweetKey(id)
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	a.fetches.Add(uint64(len(ids)))
+	texts, err := store.GetAll(ctx, a.b, keys, func(i int) error {
+		return fmt.Errorf("timeline: tweet %s in a timeline but missing", ids[i])
+	})
+	if err != nil {
 		return nil, err
+	}
+	out := make([]Tweet, len(ids))
+	for i, id := range ids {
+		out[i] = Tweet{ID: id, Text: string(texts[i])}
 	}
 	return out, nil
 }
