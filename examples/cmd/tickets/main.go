@@ -25,12 +25,13 @@ import (
 	"time"
 
 	"github.com/correctables/correctables/examples/anystore"
+	"github.com/correctables/correctables/examples/internal/cmdutil"
 	"github.com/correctables/correctables/examples/tickets"
 )
 
 func main() {
 	storeName := flag.String("store", "ours", "the store: "+strings.Join(anystore.Stores, ", "))
-	endpoints := flag.String("endpoints", "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103", "the store's client endpoints, the nearest first (redis: the primary, then replicas)")
+	endpoints := flag.String("endpoints", cmdutil.Endpoints, "the store's client endpoints, the nearest first (redis: the primary, then replicas)")
 	stockN := flag.Int("stock", 100, "tickets in stock")
 	retailers := flag.Int("retailers", 4, "retailers selling at once")
 	threshold := flag.Int64("threshold", 20, "the last this many tickets are sold on final views only")
@@ -71,7 +72,7 @@ func main() {
 					how = "preliminary view"
 				}
 				if p.Sold {
-					fmt.Printf("retailer %d: sold %-16s in %6.1fms on the %s (%d left)\n", i, p.Ticket, ms(p.Latency), how, p.Left)
+					fmt.Printf("retailer %d: sold %-16s in %6.1fms on the %s (%d left)\n", i, p.Ticket, cmdutil.Ms(p.Latency), how, p.Left)
 				} else {
 					fmt.Printf("retailer %d: sold out\n", i)
 				}
@@ -93,5 +94,3 @@ func main() {
 	}
 	fmt.Printf("\n%d tickets, each sold exactly once; none lost\n", len(stock))
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
