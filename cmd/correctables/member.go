@@ -86,31 +86,47 @@ snapshot.`,
 			if err != nil {
 				return err
 			}
-			added := id
-			if added == 0 {
-				for _, m := range l.GetMembers() {
-					if m.GetPeerAddr() == addr {
-						added = max(added, m.GetId())
-					}
-				}
-			}
 			role := "voter"
 			if learner {
 				role = "learner"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "added replica %d (%s) at %s\n", added, role, addr)
-			printMembers(cmd.OutOrStdout(), l)
-			fmt.Fprintf(cmd.OutOrStdout(), "start it with: correctables serve --join --id %d --data EMPTY_DIR --peers %d=%s,%s\n",
-				added, added, addr, peersFlag(l, added))
+			printAdded(cmd.OutOrStdout(), l, id, addr, func(added uint64) string {
+				return fmt.Sprintf("added replica %d (%s) at %s", added, role, addr)
+			})
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.Uint64Var(&id, "id", 0, "the new replica's id (default: one above every id used)")
-	f.StringVar(&addr, "peer-addr", "", "HOST:PORT where the other replicas reach the new one (required)")
-	f.BoolVar(&learner, "learner", false, "add as a learner (no vote until member promote)")
+	registerNewMemberFlags(cmd, &id, &addr)
+	cmd.Flags().BoolVar(&learner, "learner", false, "add as a learner (no vote until member promote)")
 	cf.registerData(cmd)
 	return cmd
+}
+
+// registerNewMemberFlags registers the flags that place a new replica:
+// --id and --peer-addr.
+func registerNewMemberFlags(cmd *cobra.Command, id *uint64, addr *string) {
+	f := cmd.Flags()
+	f.Uint64Var(id, "id", 0, "the new replica's id (default: one above every id used)")
+	f.StringVar(addr, "peer-addr", "", "HOST:PORT where the other replicas reach the new one (required)")
+}
+
+// printAdded prints what a change that added a replica at addr did:
+// headline of the new replica's id (id, or when 0 the one the cluster
+// chose: the highest at addr in l), the members after, and how to start
+// the new replica.
+func printAdded(w io.Writer, l *api.MemberListReply, id uint64, addr string, headline func(added uint64) string) {
+	added := id
+	if added == 0 {
+		for _, m := range l.GetMembers() {
+			if m.GetPeerAddr() == addr {
+				added = max(added, m.GetId())
+			}
+		}
+	}
+	fmt.Fprintln(w, headline(added))
+	printMembers(w, l)
+	fmt.Fprintf(w, "start it with: correctables serve --join --id %d --data EMPTY_DIR --peers %d=%s,%s\n",
+		added, added, addr, peersFlag(l, added))
 }
 
 // peersFlag lists the members other than id with their addresses, as
@@ -126,34 +142,26 @@ func peersFlag(l *api.MemberListReply, id uint64) string {
 }
 
 func newMemberPromoteCmd(cf *connFlags) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "promote ID",
-		Short: "Make a learner a voter",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseMemberID(args[0])
-			if err != nil {
-				return err
-			}
-			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
-				return c.MemberPromote(ctx, &api.MemberPromoteRequest{Id: id})
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "promoted replica %d to voter\n", id)
-			printMembers(cmd.OutOrStdout(), l)
-			return nil
-		},
-	}
-	cf.registerData(cmd)
-	return cmd
+	return newMemberIDCmd(cf, "promote ID", "Make a learner a voter", "promoted replica %d to voter",
+		func(ctx context.Context, c api.ClusterClient, id uint64) (*api.MemberListReply, error) {
+			return c.MemberPromote(ctx, &api.MemberPromoteRequest{Id: id})
+		})
 }
 
 func newMemberRemoveCmd(cf *connFlags) *cobra.Command {
+	return newMemberIDCmd(cf, "remove ID", "Remove a replica for good (it stops; its id is never used again)", "removed replica %d",
+		func(ctx context.Context, c api.ClusterClient, id uint64) (*api.MemberListReply, error) {
+			return c.MemberRemove(ctx, &api.MemberRemoveRequest{Id: id})
+		})
+}
+
+// newMemberIDCmd is a member command on one replica, named by the id its
+// one argument gives: it makes the change call makes, prints done (a
+// format of the id) and the members after.
+func newMemberIDCmd(cf *connFlags, use, short, done string, call func(context.Context, api.ClusterClient, uint64) (*api.MemberListReply, error)) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "remove ID",
-		Short: "Remove a replica for good (it stops; its id is never used again)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseMemberID(args[0])
@@ -161,12 +169,12 @@ func newMemberRemoveCmd(cf *connFlags) *cobra.Command {
 				return err
 			}
 			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
-				return c.MemberRemove(ctx, &api.MemberRemoveRequest{Id: id})
+				return call(ctx, c, id)
 			})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed replica %d\n", id)
+			fmt.Fprintf(cmd.OutOrStdout(), done+"\n", id)
 			printMembers(cmd.OutOrStdout(), l)
 			return nil
 		},
@@ -203,24 +211,13 @@ directory. Until it has caught up, the quorum needs every other voter.`,
 			if err != nil {
 				return err
 			}
-			added := id
-			if added == 0 {
-				for _, m := range l.GetMembers() {
-					if m.GetPeerAddr() == addr {
-						added = max(added, m.GetId())
-					}
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "replaced replica %d by replica %d (voter) at %s\n", old, added, addr)
-			printMembers(cmd.OutOrStdout(), l)
-			fmt.Fprintf(cmd.OutOrStdout(), "start it with: correctables serve --join --id %d --data EMPTY_DIR --peers %d=%s,%s\n",
-				added, added, addr, peersFlag(l, added))
+			printAdded(cmd.OutOrStdout(), l, id, addr, func(added uint64) string {
+				return fmt.Sprintf("replaced replica %d by replica %d (voter) at %s", old, added, addr)
+			})
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.Uint64Var(&id, "id", 0, "the new replica's id (default: one above every id used)")
-	f.StringVar(&addr, "peer-addr", "", "HOST:PORT where the other replicas reach the new one (required)")
+	registerNewMemberFlags(cmd, &id, &addr)
 	cf.registerData(cmd)
 	return cmd
 }
