@@ -191,6 +191,9 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 	})
 	if err != nil {
 		st.Close()
+		if errors.Is(err, server.ErrRemoved) {
+			return fmt.Errorf("%w (data directory %s)", err, fc.Data)
+		}
 		return err
 	}
 	if err := s.Start(); err != nil {
@@ -241,7 +244,7 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 	}
 	stopErr := s.Stop()
 	if err := s.Err(); errors.Is(err, server.ErrRemoved) {
-		return fmt.Errorf("replica %d was removed from the cluster and stopped; its id is never used again (add a replacement under a new id): %w", fc.ID, err)
+		return fmt.Errorf("%w: it does not start again; its data directory %s is kept for inspection, and a replacement joins under a new id (member add, then serve --join with an empty --data)", err, fc.Data)
 	}
 	return stopErr
 }

@@ -23,8 +23,65 @@ import (
 // service. The membership itself is replicated state of the core (see
 // replica.Members).
 
-// ErrRemoved: this replica was removed from the cluster; it stopped.
+// ErrRemoved: this replica was removed from the cluster; it stopped, or it
+// does not start again. The error also matches replica.ErrRemoved.
 var ErrRemoved = errors.New("server: this replica was removed from the cluster")
+
+// removedError is why a removed replica stopped or does not start; it
+// matches ErrRemoved and replica.ErrRemoved.
+type removedError struct{ msg string }
+
+func (e removedError) Error() string { return e.msg }
+
+func (e removedError) Is(target error) bool {
+	return target == ErrRemoved || target == replica.ErrRemoved
+}
+
+// removalRecord is the part of a Storage that keeps a removal durably
+// (storage.Store has it): once removed, a replica does not start again on
+// the same data, even when its log does not hold its removal.
+type removalRecord interface {
+	MarkRemoved(why string) error
+	Removed() (why string, removed bool, err error)
+}
+
+// checkNotRemoved refuses to start a replica whose storage records its
+// removal.
+func checkNotRemoved(cfg Config) error {
+	rr, ok := cfg.Storage.(removalRecord)
+	if !ok {
+		return nil
+	}
+	why, removed, err := rr.Removed()
+	if err != nil {
+		return fmt.Errorf("server: reading the removal record: %w", err)
+	}
+	if removed {
+		return refuseRemoved(cfg.ID, why)
+	}
+	return nil
+}
+
+// refuseRemoved is the error a removed replica's restart fails with.
+func refuseRemoved(id uint64, why string) error {
+	return removedError{fmt.Sprintf("replica %d was removed from the cluster (%s) and does not start again: "+
+		"its data directory is kept for inspection; a replacement joins under a new id with an empty data directory "+
+		"(member add, then serve --join)", id, why)}
+}
+
+// stopRemoved records the removal in storage, logs it, and returns the
+// error the loop stops with; why says how this replica learnt it.
+func (s *Server) stopRemoved(why string) error {
+	why = fmt.Sprintf("%s; stopped at %s", why, time.Now().UTC().Format(time.RFC3339))
+	if rr, ok := s.cfg.Storage.(removalRecord); ok {
+		if err := rr.MarkRemoved(why); err != nil {
+			s.log.Error("could not record the removal in the data directory", "err", err)
+		}
+	}
+	s.log.Error("removed from the cluster: this replica stopped and does not start again; its data directory is kept for inspection, and a replacement joins under a new id",
+		"how", why)
+	return removedError{fmt.Sprintf("replica %d was removed from the cluster (%s)", s.cfg.ID, why)}
+}
 
 // removedMarker is in the message of the status a replica answers a removed
 // replica's stream with; the removed replica stops when it reads it.
@@ -39,9 +96,10 @@ const memberTimeout = 10 * time.Second
 type membership struct {
 	gen  uint64 // the replica's MembershipGen at the last sync
 	view atomic.Pointer[memberView]
-	// told is set when a member refused this replica's stream because it
-	// was removed (it may have been removed while it was down).
-	told atomic.Bool
+	// told is the id of a member that refused this replica's stream
+	// because it was removed (it may have been removed while it was down),
+	// or 0.
+	told atomic.Uint64
 }
 
 // memberView is what incoming peer streams are checked against.
@@ -116,8 +174,8 @@ func (s *Server) startPeers() {
 // stops those to departed ones, and publishes the view for the peer
 // service. It returns ErrRemoved once this replica is removed.
 func (s *Server) syncMembers() error {
-	if s.mem.told.Load() {
-		return fmt.Errorf("%w (a member refused it)", ErrRemoved)
+	if by := s.mem.told.Load(); by != 0 {
+		return s.stopRemoved(fmt.Sprintf("member %d refused its messages: the cluster's configuration lists it as removed", by))
 	}
 	gen := s.rep.MembershipGen()
 	if gen == s.mem.gen {
@@ -172,7 +230,7 @@ func (s *Server) syncMembers() error {
 	s.mem.view.Store(v)
 	s.log.Info("members", "members", memberIDs(members), "removed", removed, "joint", s.rep.Joint())
 	if s.rep.Removed() {
-		return ErrRemoved
+		return s.stopRemoved("it applied the configuration change that removed it")
 	}
 	return nil
 }

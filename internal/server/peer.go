@@ -88,7 +88,8 @@ func (p *peer) run(stop <-chan struct{}) {
 	defer conn.Close()
 	client := api.NewPeerClient(conn)
 	backoff := 10 * time.Millisecond
-	var warned time.Time // last authentication warning
+	var warned time.Time  // last authentication warning
+	var refused time.Time // last warning that another cluster refused the stream
 	for ctx.Err() == nil {
 		err := p.stream(ctx, client)
 		if ctx.Err() != nil {
@@ -99,8 +100,9 @@ func (p *peer) run(stop <-chan struct{}) {
 			warned = time.Now()
 			p.s.log.Warn("peer authentication failed", "peer", p.id, "addr", p.addr, "err", err)
 		}
+		p.noteClusterRefusal(err, &refused)
 		if isRemovedStatus(err) {
-			p.s.mem.told.Store(true)
+			p.s.mem.told.CompareAndSwap(0, p.id)
 		}
 		select {
 		case <-time.After(backoff):
@@ -112,7 +114,7 @@ func (p *peer) run(stop <-chan struct{}) {
 }
 
 func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
-	st, err := client.Stream(ctx)
+	st, err := client.Stream(p.s.peerStreamContext(ctx))
 	if err != nil {
 		return err
 	}
@@ -157,6 +159,7 @@ func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.Peer
 		s.log.Warn("peer stream refused", "err", err)
 		return toStatus(err)
 	}
+	checked := false // the stream's cluster id (checkPeerCluster)
 	for {
 		env, err := st.Recv()
 		if err == io.EOF {
@@ -171,6 +174,12 @@ func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.Peer
 		if err := authorizePeer(ids, env.GetFrom(), s.cfg.TLS != nil); err != nil {
 			s.log.Warn("peer stream refused", "err", err)
 			return toStatus(err)
+		}
+		if !checked {
+			if err := s.checkPeerCluster(st.Context(), env.GetFrom()); err != nil {
+				return err
+			}
+			checked = true
 		}
 		for _, b := range env.GetMessages() {
 			m, err := replica.DecodeMessage(b)

@@ -78,6 +78,15 @@ type Config struct {
 	TLS *TLS
 	// Insecure allows plaintext on addresses that are not on loopback.
 	Insecure bool
+	// ClusterToken, InitialCluster and ClusterID fix the cluster id when
+	// the storage has none (see clusterid.go): ClusterID if set, else
+	// ComputeClusterID(InitialCluster, ClusterToken), InitialCluster
+	// defaulting to Peers (give it when Peers names some replicas at other
+	// addresses than the other replicas use, e.g. through proxies). A
+	// replica with Join and none of them learns it from the cluster.
+	ClusterToken   string
+	InitialCluster map[uint64]string
+	ClusterID      uint64
 }
 
 func (c *Config) validate() error {
@@ -167,6 +176,7 @@ type Server struct {
 	inflight chan struct{}    // semaphore of client requests
 	peers    map[uint64]*peer // owned by the loop once it runs
 	mem      *membership
+	cluster  clusterIdentity
 
 	grpcClient, grpcPeer *grpc.Server
 	lisClient, lisPeer   net.Listener
@@ -180,6 +190,9 @@ type Server struct {
 // serving.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkNotRemoved(cfg); err != nil {
 		return nil, err
 	}
 	own, err := cfg.Storage.OwnOps()
@@ -198,6 +211,17 @@ func New(cfg Config) (*Server, error) {
 		GossipTicks: cfg.GossipTicks, NoopTicks: cfg.NoopTicks, RetryTicks: cfg.RetryTicks,
 		SnapshotEntries: cfg.SnapshotEntries, SnapshotBytes: cfg.SnapshotBytes, SnapshotTicks: cfg.SnapshotTicks, Logger: cfg.Logger.With("replica", cfg.ID),
 	})
+	if errors.Is(err, replica.ErrRemoved) {
+		// Its log holds its removal: record it, so that the refusal does
+		// not depend on the log, and refuse.
+		why := "its log holds the configuration change that removed it"
+		if rr, ok := cfg.Storage.(removalRecord); ok {
+			if merr := rr.MarkRemoved(why); merr != nil {
+				cfg.Logger.Error("could not record the removal in the data directory", "replica", cfg.ID, "err", merr)
+			}
+		}
+		return nil, refuseRemoved(cfg.ID, why)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +238,9 @@ func New(cfg Config) (*Server, error) {
 		peers:    map[uint64]*peer{},
 	}
 	s.mem = newMembership(s)
+	if err := s.initCluster(); err != nil {
+		return nil, err
+	}
 	s.drv, err = driver.New(driver.Config{
 		Replica: rep, Storage: cfg.Storage, Send: s.send, Deliver: s.deliver,
 		CompactMargin: uint64(cfg.CompactMargin), Logger: s.log, Observe: cfg.Metrics.observeRound,
@@ -235,7 +262,8 @@ func (s *Server) Start() error {
 	}
 	// The shared listener also carries peer messages (up to
 	// maxPeerMessage); client requests are bounded by state.Limits.
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler())}
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler())},
+		s.clusterServerOptions()...)
 	var creds []grpc.ServerOption
 	if s.cfg.TLS != nil {
 		creds = append(creds, grpc.Creds(s.cfg.TLS.serverCreds()))
@@ -371,8 +399,8 @@ func (s *Server) loop() {
 		}
 		s.logCatchUp()
 		if err := s.syncMembers(); err != nil {
+			// Removed from the cluster (syncMembers logged it).
 			s.loopErr = err
-			s.log.Error("replica removed from the cluster; stopped", "err", err)
 			s.failWaiting()
 			return
 		}

@@ -28,6 +28,9 @@
 //	                    index in [FirstIndex, LastIndex]
 //	"o" + seq (8)       one of the replica's own operations (replica.AppendReq),
 //	                    keyed by its sequence number at this replica
+//	"r"                 present once the replica was removed from the
+//	                    cluster: why (text); such a replica does not start
+//	                    again (MarkRemoved)
 //
 // # Caches
 //

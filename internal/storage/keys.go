@@ -13,6 +13,7 @@ const (
 	prefixSnapshot  = 's'
 	prefixLog       = 'l'
 	prefixOwn       = 'o'
+	prefixRemoved   = 'r'
 )
 
 // formatVersion is the layout this code reads and writes. A change of layout
