@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/correctables/correctables/internal/loopback"
 )
 
 // Defaults of the options.
@@ -148,7 +148,7 @@ func (c *config) validate(endpoints []string) error {
 			errs = append(errs, fmt.Errorf("endpoint %q listed twice", ep))
 		}
 		seen[ep] = true
-		if c.creds == nil && !c.insecure && !isLoopback(ep) {
+		if c.creds == nil && !c.insecure && !loopback.Is(ep) {
 			errs = append(errs, fmt.Errorf("endpoint %q is not on loopback: plaintext refused (use WithTransportCredentials, or WithInsecure)", ep))
 		}
 	}
@@ -156,21 +156,4 @@ func (c *config) validate(endpoints []string) error {
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return nil
-}
-
-// isLoopback reports whether a host:port endpoint (or a unix socket) is on
-// this machine.
-func isLoopback(ep string) bool {
-	if strings.HasPrefix(ep, "unix:") {
-		return true
-	}
-	host, _, err := net.SplitHostPort(ep)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/correctables/correctables/client"
+	"github.com/correctables/correctables/internal/loopback"
 )
 
 // connFlags are the connection flags of every command that talks to a
@@ -152,7 +152,7 @@ func (f *connFlags) dial(ctx context.Context) (*client.Client, error) {
 	}
 	if sec.creds == nil && !sec.insecure {
 		for _, ep := range eps {
-			if !isLoopbackEndpoint(ep) {
+			if !loopback.Is(ep) {
 				return nil, fmt.Errorf("client: endpoint %q is not on loopback: plaintext refused (give TLS flags, or --insecure)", ep)
 			}
 		}
@@ -178,7 +178,7 @@ func (f *connFlags) dialEndpoint(ep string) (*grpc.ClientConn, error) {
 	}
 	creds := sec.creds
 	if creds == nil {
-		if !sec.insecure && !isLoopbackEndpoint(ep) {
+		if !sec.insecure && !loopback.Is(ep) {
 			return nil, fmt.Errorf("client: endpoint %q is not on loopback: plaintext refused (give TLS flags, or --insecure)", ep)
 		}
 		creds = insecure.NewCredentials()
@@ -188,21 +188,4 @@ func (f *connFlags) dialEndpoint(ep string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("client: endpoint %s: %w", ep, err)
 	}
 	return cc, nil
-}
-
-// isLoopbackEndpoint reports whether a host:port endpoint is on this
-// machine (as the client package decides for plaintext).
-func isLoopbackEndpoint(ep string) bool {
-	if strings.HasPrefix(ep, "unix:") {
-		return true
-	}
-	host, _, err := net.SplitHostPort(ep)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

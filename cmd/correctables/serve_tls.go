@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/correctables/correctables/internal/certs"
+	"github.com/correctables/correctables/internal/loopback"
 	"github.com/correctables/correctables/internal/server"
 )
 
@@ -75,7 +76,7 @@ func (t tlsSettings) check(addrs ...string) error {
 			return nil
 		}
 		for _, a := range addrs {
-			if !isLoopbackEndpoint(a) {
+			if !loopback.Is(a) {
 				return fmt.Errorf("%s is not on loopback: plaintext refused; give --certs-dir (or --cacert, --cert and --key), or --insecure on a network you trust", a)
 			}
 		}
