@@ -113,6 +113,18 @@ func (e *evalCluster) replica(region string) (uint64, error) {
 	return uint64(i + 1), nil
 }
 
+// moveLeader makes the replica in region the leader, waiting up to a
+// minute.
+func (e *evalCluster) moveLeader(ctx context.Context, region string) error {
+	lead, err := e.replica(region)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return e.c.MoveLeader(ctx, lead)
+}
+
 // dial returns a client in region `from` that talks to the replica in
 // region `to` only.
 func (e *evalCluster) dial(ctx context.Context, from, to string, opts ...client.Option) (*client.Client, error) {

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -103,14 +102,7 @@ func runQueue(ctx context.Context, out, progress io.Writer, f evalFlags, ops, pe
 	seq := 0
 	for i, pl := range placements {
 		fmt.Fprintf(progress, "[%d/%d] queue: client in IRL, replica in %s, leader in %s, %d enqueues each way\n", i+1, len(placements), pl.replica, pl.leader, ops)
-		lead, err := e.replica(pl.leader)
-		if err != nil {
-			return err
-		}
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = e.c.MoveLeader(wctx, lead)
-		cancel()
-		if err != nil {
+		if err := e.moveLeader(ctx, pl.leader); err != nil {
 			return err
 		}
 		cl, err := e.dial(ctx, "IRL", pl.replica)
@@ -194,14 +186,7 @@ func runQueue(ctx context.Context, out, progress io.Writer, f evalFlags, ops, pe
 	}
 
 	// Figure 10.
-	lead, err := e.replica(f.leader)
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = e.c.MoveLeader(wctx, lead)
-	cancel()
-	if err != nil {
+	if err := e.moveLeader(ctx, f.leader); err != nil {
 		return err
 	}
 	maxT := 0

@@ -45,6 +45,26 @@ func (f *ycsbFlags) check() error {
 	return checkDuration("step", f.step, 100*time.Millisecond, time.Hour)
 }
 
+// parse checks the flags and parses --workloads and --rates; oneRate:
+// --rates must name exactly one rate.
+func (f *ycsbFlags) parse(oneRate bool) ([]loadgen.Workload, []float64, error) {
+	if err := f.check(); err != nil {
+		return nil, nil, err
+	}
+	ws, err := parseWorkloads(f.workloads)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--workloads: %w", err)
+	}
+	rates, err := parseRates(f.rates)
+	if oneRate && (err != nil || len(rates) != 1) {
+		return nil, nil, fmt.Errorf("--rates %q: want one rate", f.rates)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("--rates: %w", err)
+	}
+	return ws, rates, nil
+}
+
 func newFig6Cmd() *cobra.Command {
 	var f ycsbFlags
 	cmd := &cobra.Command{
@@ -60,16 +80,9 @@ the IRL client's views against the total throughput, one figure per
 workload (fig6-a.svg, ...).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
+			ws, rates, err := f.parse(false)
+			if err != nil {
 				return err
-			}
-			ws, err := parseWorkloads(f.workloads)
-			if err != nil {
-				return fmt.Errorf("--workloads: %w", err)
-			}
-			rates, err := parseRates(f.rates)
-			if err != nil {
-				return fmt.Errorf("--rates: %w", err)
 			}
 			return runFig6(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), f, ws, rates)
 		},
@@ -200,16 +213,9 @@ distribution, and reports the fraction of reads whose final view differs from
 the preliminary one (all three clients), and the same for writes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			ws, err := parseWorkloads(f.workloads)
+			ws, rates, err := f.parse(true)
 			if err != nil {
-				return fmt.Errorf("--workloads: %w", err)
-			}
-			rates, err := parseRates(f.rates)
-			if err != nil || len(rates) != 1 {
-				return fmt.Errorf("--rates %q: want one rate", f.rates)
+				return err
 			}
 			var dists []string
 			for _, d := range strings.Split(f.dists, ",") {
@@ -324,16 +330,9 @@ gRPC stats handler (requests and replies, with gRPC's 5-byte message
 header; HTTP/2 and TCP headers are not counted).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			ws, err := parseWorkloads(f.workloads)
+			ws, rates, err := f.parse(true)
 			if err != nil {
-				return fmt.Errorf("--workloads: %w", err)
-			}
-			rates, err := parseRates(f.rates)
-			if err != nil || len(rates) != 1 {
-				return fmt.Errorf("--rates %q: want one rate", f.rates)
+				return err
 			}
 			if _, err := loadgen.NewKeyGen(f.dists, f.keys); err != nil {
 				return fmt.Errorf("--dists: want one distribution: %w", err)
