@@ -19,6 +19,11 @@ import (
 // tentative state) otherwise, with separate probabilities for reads and
 // for updates. p is a continuous knob between the two discrete levels.
 //
+// With QuorumReads, the stronger level of a read is a quorum read
+// (InvokeQuorum: the freshest of a majority's tentative states, no
+// consensus) rather than a strong one: the paper's ONE/QUORUM pair for
+// reads. Updates keep the strong level.
+//
 // It also implements the paper's comparator, artificial delays (CPQ §1,
 // §3.2): a client-side delay before every weak read, which gives the
 // replicas time to receive recent writes at the cost of the read's latency.
@@ -30,6 +35,7 @@ import (
 type CPQ struct {
 	readP, writeP atomic.Uint64 // math.Float64bits
 	readDelay     atomic.Int64  // nanoseconds
+	quorumReads   bool
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -45,6 +51,9 @@ type CPQConfig struct {
 	ReadDelay time.Duration
 	// Seed seeds the draws.
 	Seed uint64
+	// QuorumReads makes the stronger level of a read a quorum read
+	// (InvokeQuorum) instead of a strong one (InvokeStrong).
+	QuorumReads bool
 }
 
 // MaxReadDelay bounds CPQConfig.ReadDelay.
@@ -77,7 +86,7 @@ func NewCPQ(cfg CPQConfig) (*CPQ, error) {
 	if err := checkDelay(cfg.ReadDelay); err != nil {
 		return nil, err
 	}
-	p := &CPQ{rng: rand.New(rand.NewPCG(cfg.Seed, 0x43505121))}
+	p := &CPQ{rng: rand.New(rand.NewPCG(cfg.Seed, 0x43505121)), quorumReads: cfg.QuorumReads}
 	p.readP.Store(math.Float64bits(cfg.ReadP))
 	p.writeP.Store(math.Float64bits(cfg.WriteP))
 	p.readDelay.Store(int64(cfg.ReadDelay))
@@ -104,6 +113,9 @@ func (p *CPQ) SetP(read, write float64) error {
 	return nil
 }
 
+// QuorumReads reports whether the stronger level of a read is a quorum read.
+func (p *CPQ) QuorumReads() bool { return p.quorumReads }
+
 // ReadDelay returns the artificial delay before weak reads.
 func (p *CPQ) ReadDelay() time.Duration { return time.Duration(p.readDelay.Load()) }
 
@@ -118,8 +130,9 @@ func (p *CPQ) SetReadDelay(d time.Duration) error {
 	return nil
 }
 
-// Choose draws the level of one operation: strong, or weak after delay
-// (non-zero only for a weak read).
+// Choose draws the level of one operation: the stronger level (strong, or
+// quorum for a read with QuorumReads), or weak after delay (non-zero only
+// for a weak read).
 func (p *CPQ) Choose(op Op) (strong bool, delay time.Duration) {
 	prob := math.Float64frombits(p.writeP.Load())
 	if op.ReadOnly() {
@@ -138,12 +151,15 @@ func (p *CPQ) Choose(op Op) (strong bool, delay time.Duration) {
 }
 
 // InvokeCPQ runs op at the level p draws for it (see CPQ) and returns its
-// one view: a strongly consistent view at correctable.Strong, or the weak
-// view at correctable.Eventual after p's read delay for a weak read. The
-// view's Elapsed includes the delay.
+// one view: a strongly consistent view at correctable.Strong (a quorum
+// read's view at Quorum for a read with QuorumReads), or the weak view at
+// correctable.Eventual after p's read delay for a weak read. The view's
+// Elapsed includes the delay.
 func (c *Client) InvokeCPQ(ctx context.Context, op Op, p *CPQ) *correctable.Correctable[Result] {
 	strong, delay := p.Choose(op)
 	switch {
+	case strong && p.quorumReads && op.ReadOnly():
+		return c.InvokeQuorum(ctx, op)
 	case strong:
 		return c.InvokeStrong(ctx, op)
 	case delay > 0:

@@ -18,6 +18,7 @@ func TestBenchCPQBadFlags(t *testing.T) {
 		{[]string{"--dists", "zipfian"}, "--dists"},
 		{[]string{"--figures", "4"}, "--figures"},
 		{[]string{"--p", "1.5"}, "--p"},
+		{[]string{"--pq", "-0.1"}, "--pq"},
 		{[]string{"--ad", "-5ms"}, "--ad"},
 		{[]string{"--rate", "0"}, "--rate"},
 		{[]string{"--duration", "0s"}, "--duration"},
@@ -56,7 +57,7 @@ func TestControllerSummaryReconvergence(t *testing.T) {
 		r.Timeline = append(r.Timeline, pt)
 	}
 	got := controllerSummary("latest", sla, 10*time.Second, true, r)
-	if !strings.Contains(got, "outside the SLA from 3s later; met again (three periods in a row) 8s after the change") {
+	if !strings.Contains(got, "outside the SLA from 3s later; within both bounds again from 6s and met (three judged periods in a row) 8s after the change") {
 		t.Fatalf("summary:\n%s", got)
 	}
 }

@@ -117,6 +117,21 @@ func TestCLIAgainstCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("quorum read", func(t *testing.T) {
+		must(t, nil, "put", "qk", "qv")
+		for _, args := range [][]string{{"invoke", "--quorum", "get", "qk"}, {"invoke", "--cpq", "1", "--cpq-quorum", "get", "qk"}} {
+			if out := must(t, nil, args...); !strings.Contains(out, " quorum ") || strings.Count(out, "\n") != 1 {
+				t.Errorf("correctables %s: %q, want one view at level quorum", strings.Join(args, " "), out)
+			}
+		}
+		if _, err := run(t, nil, "invoke", "--quorum", "put", "qk", "x"); err == nil || !strings.Contains(err.Error(), "update") {
+			t.Errorf("invoke --quorum put: %v, want an error saying it is an update", err)
+		}
+		if _, err := run(t, nil, "invoke", "--quorum", "--strong", "get", "qk"); err == nil || !strings.Contains(err.Error(), "--quorum") {
+			t.Errorf("invoke --quorum --strong: %v", err)
+		}
+	})
+
 	t.Run("view labels", func(t *testing.T) {
 		must(t, nil, "put", "lbl", "x")
 		for flag, want := range map[string]string{"--weak": "preliminary", "--strong": "final"} {

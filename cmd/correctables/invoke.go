@@ -108,7 +108,7 @@ func parseOp(args []string, stdin io.Reader) (client.Op, error) {
 }
 
 func newInvokeCmd(cf *connFlags) *cobra.Command {
-	var weak, strong bool
+	var weak, strong, quorum, cpqQuorum bool
 	var out outputFormat
 	var cpqP, cpqWriteP float64
 	var readDelay time.Duration
@@ -125,8 +125,11 @@ for the preliminary view only (invokeWeak), --strong for the final only
 (invokeStrong). --cpq P draws one of the two levels, strong with
 probability P (continuous partial quorums, CPQ §1; --cpq-write sets another
 probability for updates, --read-delay an artificial delay before a weak read,
---seed the draw). --session FILE runs the operation within a session kept
-in FILE and prints the guarantees each view satisfies for it; --sla
+--seed the draw; --cpq-quorum makes the stronger level of a read a quorum
+read). --quorum runs a read as a quorum read: the freshest of a majority of
+the replicas' tentative states, no consensus (one view, at level quorum;
+docs/consistency.md says what it guarantees). --session FILE runs the
+operation within a session kept in FILE and prints the guarantees each view satisfies for it; --sla
 cart|password|web|FILE.json reads a key under a consistency-based SLA
 (Pileus §3.3) and prints the subSLA each view met and its utility, the
 view the Get settles on labelled final. Everywhere else a view is labelled
@@ -158,20 +161,29 @@ final one, also when it is the only view asked for.
 			if weak && strong {
 				return errors.New("--weak and --strong exclude each other; give neither for both views")
 			}
+			if quorum && (weak || strong) {
+				return errors.New("--quorum asks for a quorum read's view only: give neither --weak nor --strong")
+			}
+			if quorum && !op.ReadOnly() {
+				return fmt.Errorf("--quorum: %s is an update; a quorum read is for get, scan and read-only txn", op.Kind())
+			}
 			if err := sf.check(op, weak, strong, cmd.Flags().Changed("cpq") || cmd.Flags().Changed("cpq-write")); err != nil {
 				return err
 			}
 			var cpq *client.CPQ
-			if f := cmd.Flags(); f.Changed("cpq") || f.Changed("cpq-write") || f.Changed("read-delay") {
-				if weak || strong {
-					return errors.New("--cpq, --cpq-write and --read-delay choose the level: give neither --weak nor --strong")
+			if f := cmd.Flags(); f.Changed("cpq") || f.Changed("cpq-write") || f.Changed("read-delay") || cpqQuorum {
+				if weak || strong || quorum {
+					return errors.New("--cpq, --cpq-write, --cpq-quorum and --read-delay choose the level: give none of --weak, --strong and --quorum")
 				}
 				if !f.Changed("cpq-write") {
 					cpqWriteP = cpqP
 				}
-				if cpq, err = client.NewCPQ(client.CPQConfig{ReadP: cpqP, WriteP: cpqWriteP, ReadDelay: readDelay, Seed: cpqSeed}); err != nil {
+				if cpq, err = client.NewCPQ(client.CPQConfig{ReadP: cpqP, WriteP: cpqWriteP, ReadDelay: readDelay, Seed: cpqSeed, QuorumReads: cpqQuorum}); err != nil {
 					return err
 				}
+			}
+			if quorum && sf.active() {
+				return errors.New("--session and --sla choose the views: drop --quorum")
 			}
 			ctx, cancel := cf.commandContext(cmd)
 			defer cancel()
@@ -187,6 +199,8 @@ final one, also when it is the only view asked for.
 			switch {
 			case cpq != nil:
 				cor = c.InvokeCPQ(ctx, op, cpq)
+			case quorum:
+				cor = c.InvokeQuorum(ctx, op)
 			case weak:
 				cor = c.InvokeWeak(ctx, op)
 			case strong:
@@ -205,6 +219,8 @@ final one, also when it is the only view asked for.
 	cmd.Flags().Float64Var(&cpqWriteP, "cpq-write", 0, "CPQ: the strong level's probability for an update (default: --cpq)")
 	cmd.Flags().DurationVar(&readDelay, "read-delay", 0, "CPQ: artificial delay before a weak read")
 	cmd.Flags().Uint64Var(&cpqSeed, "seed", 1, "CPQ: seed of the draw")
+	cmd.Flags().BoolVar(&cpqQuorum, "cpq-quorum", false, "CPQ: a read drawn at the stronger level is a quorum read, not a strong one")
+	cmd.Flags().BoolVar(&quorum, "quorum", false, "a read as a quorum read: the freshest of a majority's tentative states (one view)")
 	sf.register(cmd)
 	return cmd
 }

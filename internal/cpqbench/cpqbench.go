@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,9 +30,11 @@ import (
 
 // Hosts are the client hosts of a run: one client per replica, each dialing
 // its own replica only, as the paper's YCSB processes talk to their local
-// Cassandra server. All record into one trace.
+// Cassandra server, and beside it one that knows every replica, its own
+// first, for quorum reads. All record into one trace.
 type Hosts struct {
 	Clients []*client.Client
+	Quorum  []*client.Client
 	Trace   *client.TraceRecorder
 }
 
@@ -39,13 +42,21 @@ type Hosts struct {
 // replica), recording into a trace of the given capacity.
 func Dial(ctx context.Context, endpoints []string, traceCapacity int) (*Hosts, error) {
 	h := &Hosts{Trace: client.NewTraceRecorder(traceCapacity)}
-	for _, ep := range endpoints {
+	for i, ep := range endpoints {
 		c, err := client.Dial(ctx, []string{ep}, client.WithTraceRecorder(h.Trace))
 		if err != nil {
 			h.Close()
 			return nil, fmt.Errorf("cpqbench: dial %s: %w", ep, err)
 		}
 		h.Clients = append(h.Clients, c)
+		all := append([]string{ep}, endpoints[:i]...)
+		all = append(all, endpoints[i+1:]...)
+		q, err := client.Dial(ctx, all, client.WithTraceRecorder(h.Trace))
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("cpqbench: dial %v: %w", all, err)
+		}
+		h.Quorum = append(h.Quorum, q)
 	}
 	if len(h.Clients) == 0 {
 		return nil, errors.New("cpqbench: no endpoints")
@@ -56,6 +67,9 @@ func Dial(ctx context.Context, endpoints []string, traceCapacity int) (*Hosts, e
 // Close closes the clients.
 func (h *Hosts) Close() {
 	for _, c := range h.Clients {
+		c.Close()
+	}
+	for _, c := range h.Quorum {
 		c.Close()
 	}
 }
@@ -98,6 +112,11 @@ type Row struct {
 	// Policy: the strong level's probabilities and the read delay.
 	ReadP, WriteP float64
 	ReadDelay     time.Duration
+	// QuorumReads: a read drawn at the stronger level is a quorum read
+	// (client.InvokeQuorum, by the host's client that knows every
+	// replica) rather than a strong one; ReadDelay is ignored. With a
+	// controller, updates keep WriteP while reads follow p.
+	QuorumReads bool
 	// Controller, if set, tunes p (both reads and writes) every Period,
 	// starting from its Config.P.
 	Controller *cpqctl.Config
@@ -197,8 +216,9 @@ type Result struct {
 	// ReadLat and WriteLat are latencies in µs (views' Elapsed: artificial
 	// delays included).
 	ReadLat, WriteLat *hdrhistogram.Histogram
-	// Strong counts the operations that ran at the strong level.
-	Strong uint64
+	// Strong counts the operations that ran at the strong level, Quorum
+	// the quorum reads.
+	Strong, Quorum uint64
 	// Values written in the window, and those with a positive Γ score;
 	// Gamma the largest score among them; Unmatched reads of values the
 	// trace never saw written.
@@ -262,8 +282,21 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	var ctl *cpqctl.Controller
 	p0 := row.ReadP
 	if row.Controller != nil {
+		ccfg := *row.Controller
+		if ccfg.Hold == 0 {
+			// The values a period scores were written Settle earlier:
+			// after p rises, that many periods measure the old p.
+			settle := cfg.Settle
+			if settle == 0 {
+				settle = time.Second // gamma.Online's default
+			}
+			ccfg.Hold = int((settle + cfg.Period - 1) / cfg.Period)
+			if ccfg.Hold == 0 {
+				ccfg.Hold = -1
+			}
+		}
 		var err error
-		if ctl, err = cpqctl.New(*row.Controller); err != nil {
+		if ctl, err = cpqctl.New(ccfg); err != nil {
 			return nil, err
 		}
 		row.ReadP, row.WriteP = ctl.P(), ctl.P()
@@ -272,7 +305,7 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	policies := make([]*client.CPQ, len(h.Clients))
 	for i := range policies {
 		var err error
-		policies[i], err = client.NewCPQ(client.CPQConfig{ReadP: row.ReadP, WriteP: row.WriteP, ReadDelay: row.ReadDelay, Seed: cfg.Seed + uint64(i)})
+		policies[i], err = client.NewCPQ(client.CPQConfig{ReadP: row.ReadP, WriteP: row.WriteP, ReadDelay: row.ReadDelay, Seed: cfg.Seed + uint64(i), QuorumReads: row.QuorumReads})
 		if err != nil {
 			return nil, err
 		}
@@ -315,8 +348,11 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 			return
 		}
 		res.Ops++
-		if v.Level == correctable.Strong {
+		switch v.Level {
+		case correctable.Strong:
 			res.Strong++
+		case client.Quorum:
+			res.Quorum++
 		}
 		if read {
 			res.Reads++
@@ -334,6 +370,10 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	for i, c := range h.Clients {
 		gen := loadgen.NewGenerator(workload, cfg.Keys, cfg.Names, cfg.ValueSize, cfg.Seed^0x5eed, i)
 		pol := policies[i]
+		var q *client.Client
+		if i < len(h.Quorum) {
+			q = h.Quorum[i]
+		}
 		wg.Go(func() {
 			due := start.Add(time.Duration(i) * interval / time.Duration(len(h.Clients)))
 			t := time.NewTimer(0)
@@ -364,7 +404,22 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 					cop = client.Put(op.Key, op.Value)
 				}
 				octx, ocancel := context.WithTimeout(rctx, cfg.OpTimeout)
-				cor := c.InvokeCPQ(octx, cop, pol) // draws the level here, in order
+				var cor *correctable.Correctable[client.Result]
+				if pol.QuorumReads() && q != nil {
+					// Drawn here, in order; weak and strong operations
+					// go to the host's replica, quorum reads to a
+					// majority.
+					switch strong, _ := pol.Choose(cop); {
+					case strong && op.Read:
+						cor = q.InvokeQuorum(octx, cop)
+					case strong:
+						cor = c.InvokeStrong(octx, cop)
+					default:
+						cor = c.InvokeWeak(octx, cop)
+					}
+				} else {
+					cor = c.InvokeCPQ(octx, cop, pol) // draws the level here, in order
+				}
 				outstanding[i].Add(1)
 				wg.Go(func() {
 					defer outstanding[i].Add(-1)
@@ -432,8 +487,12 @@ loop:
 			if len(recent) > window {
 				recent = recent[1:]
 			}
+			span := len(recent)
+			if ctl != nil {
+				span = min(span, ctl.Span())
+			}
 			merged := loadgen.NewHistogram()
-			for _, x := range recent {
+			for _, x := range recent[len(recent)-span:] {
 				merged.Merge(x)
 			}
 			pt := Point{T: t, P: p0, ReadP95: P95(merged), Stale: counts.Proportion(), OpsPerS: float64(nops) / cfg.Period.Seconds()}
@@ -442,10 +501,20 @@ loop:
 			}
 			if ctl != nil {
 				d := ctl.Step(cpqctl.Observation{P95: P95(merged), Values: counts.Values, Positive: counts.Positive})
-				for _, pol := range policies {
-					_ = pol.SetP(d.P, d.P) // d.P is in [0, 1]
+				wp := d.P
+				if row.QuorumReads {
+					wp = row.WriteP
 				}
-				pt.P, pt.Stale, pt.Verdict = d.P, d.Stale, d.Verdict.String()
+				for _, pol := range policies {
+					_ = pol.SetP(d.P, wp) // both in [0, 1]
+				}
+				pt.P, pt.Verdict = d.P, d.Verdict.String()
+				if !math.IsNaN(d.Stale) {
+					pt.Stale = d.Stale
+				}
+				if d.Held {
+					pt.Verdict = "held"
+				}
 				p0 = d.P
 			}
 			for len(events) > 0 && measuring.Load() && t >= events[0].At {

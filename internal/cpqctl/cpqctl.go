@@ -16,24 +16,42 @@
 // operations take the strong level, so read latency rises and the stale
 // fraction falls. The SLA holds on an interval of p, [p_stale, p_latency],
 // which may be empty. Each period the controller looks at the measurements
-// smoothed over the last Window periods (the stale fraction is a ratio of
-// counts, so it sums counts; the p95 is the caller's, over the same window):
+// of the periods since p last moved, at most the last Window of them (the
+// stale fraction is a ratio of counts, so it sums counts; the p95 is the
+// caller's, over the last Span periods):
 //
-//	stale over X, latency within L   p += step(e_s), e_s = (stale-X)/X
-//	latency over L, stale within X   p -= step(e_l), e_l = (p95-L)/L
+//	stale over X, latency within L   p += clamp(p_X - p, MinStep, MaxStep)
+//	latency over L, stale within X   p -= clamp(Gain*e_l, MinStep, MaxStep), e_l = (p95-L)/L
 //	both within                      hold p
 //	both over                        hold p; count the period as infeasible
 //
-// with step(e) = clamp(Gain*e, MinStep, MaxStep): a proportional step with
-// a floor (so a small, persistent violation still moves p) and a ceiling
-// (so one noisy window cannot swing p across the range). The SLA is
-// reported infeasible after Patience consecutive periods with both bounds
-// violated, or with the violated bound pushing p past 0 or 1 (stale over X
-// at p = 1, latency over L at p = 0); it is reported met after Patience
-// consecutive periods with both bounds within.
+// p_X is where a model of the stale fraction puts the bound: a read at the
+// stronger level is fresh, so the stale fraction falls in proportion to the
+// reads left at the weaker level, stale(p) = s0*(1-p); through the measured
+// point, stale(p_X) = Margin*X at p_X = 1 - (1-p)*Margin*X/stale. One step
+// goes most of the way there rather than a fixed gain's fraction of it. The
+// latency bound has no such model (the p95 jumps to the stronger level's
+// once about 5% of reads take it), so its step is proportional. The floor
+// makes a small, persistent violation still move p; the ceiling keeps one
+// noisy window from swinging p across the range.
 //
-// A period without a measurement (no read finished, no value scored)
-// holds p and does not count towards any verdict.
+// After p rises, the measurements start again: the window is emptied and
+// the next Hold periods are ignored, because the values they score were
+// written under the old p (the caller scores a value a fixed time after
+// its write, Hold periods' worth). Without that, a window still full of
+// the old p's staleness pushes p on past the bound, step after step. After
+// p falls (for latency, which answers at once) the window is kept: its
+// staleness, from a higher p, can only understate the new p's, which costs
+// at most one more step down before fresher values show it.
+// The window also needs MinValues scored values before it judges.
+//
+// The SLA is reported infeasible after Patience consecutive judged periods
+// with both bounds violated, or with the violated bound pushing p past 0 or
+// 1 (stale over X at p = 1, latency over L at p = 0); it is reported met
+// after Patience consecutive judged periods with both bounds within.
+//
+// A period without a measurement (no read finished, fewer than MinValues
+// values scored) holds p and does not count towards any verdict.
 package cpqctl
 
 import (
@@ -59,11 +77,19 @@ type Config struct {
 	SLA SLA
 	// P is the starting probability (default 0.5).
 	P float64
-	// Window is the number of periods the stale fraction is summed over
-	// (default 3).
+	// Window is the largest number of periods the stale fraction is
+	// summed over (default 3).
 	Window int
-	// Gain, MinStep and MaxStep shape the step (defaults 0.1, 0.01, 0.1).
-	Gain, MinStep, MaxStep float64
+	// Gain, MinStep and MaxStep shape the step (defaults 0.1, 0.01, 0.3);
+	// Margin is where the stale step aims, as a fraction of the bound
+	// (default 0.8).
+	Gain, MinStep, MaxStep, Margin float64
+	// Hold is the number of periods ignored after p moves (default 1;
+	// -1 for none).
+	Hold int
+	// MinValues is the number of scored values a judgement needs (default
+	// 50).
+	MinValues int
 	// Patience is the number of consecutive periods a verdict needs
 	// (default 3).
 	Patience int
@@ -111,12 +137,15 @@ type Decision struct {
 	// P is the probability to use from now on.
 	P float64
 	// Stale is the smoothed stale fraction the step used (NaN without
-	// values in the window); P95 the latency it used.
+	// a judgement: too few values, or a held period); P95 the latency it
+	// used.
 	Stale float64
 	P95   time.Duration
 	// LatencyOK and StaleOK say whether each bound held in this period.
 	LatencyOK, StaleOK bool
-	Verdict            Verdict
+	// Held: the period came right after a move of p and was ignored.
+	Held    bool
+	Verdict Verdict
 	// Why explains an infeasible verdict.
 	Why string
 }
@@ -125,7 +154,8 @@ type Decision struct {
 type Controller struct {
 	cfg    Config
 	p      float64
-	window []Observation // the last Window observations, oldest first
+	window []Observation // the last Window observations since p moved, oldest first
+	hold   int           // periods still to ignore
 	ok     int           // consecutive periods within the SLA
 	bad    int           // consecutive periods judged infeasible
 	last   Decision
@@ -146,7 +176,19 @@ func New(cfg Config) (*Controller, error) {
 		cfg.MinStep = 0.01
 	}
 	if cfg.MaxStep == 0 {
-		cfg.MaxStep = 0.1
+		cfg.MaxStep = 0.3
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = 0.8
+	}
+	switch cfg.Hold {
+	case 0:
+		cfg.Hold = 1
+	case -1:
+		cfg.Hold = 0
+	}
+	if cfg.MinValues == 0 {
+		cfg.MinValues = 50
 	}
 	if cfg.Patience == 0 {
 		cfg.Patience = 3
@@ -167,6 +209,15 @@ func New(cfg Config) (*Controller, error) {
 	if !(cfg.Gain > 0) || !(cfg.MinStep > 0) || !(cfg.MaxStep >= cfg.MinStep) || cfg.MaxStep > 1 {
 		errs = append(errs, fmt.Errorf("gain %v, steps %v to %v: want 0 < min step <= max step <= 1 and a positive gain", cfg.Gain, cfg.MinStep, cfg.MaxStep))
 	}
+	if !(cfg.Margin > 0 && cfg.Margin <= 1) {
+		errs = append(errs, fmt.Errorf("margin %v: want more than 0, at most 1", cfg.Margin))
+	}
+	if cfg.Hold < 0 || cfg.Hold > 1000 {
+		errs = append(errs, fmt.Errorf("hold %d: want -1 (none) to 1000", cfg.Hold))
+	}
+	if cfg.MinValues < 1 {
+		errs = append(errs, fmt.Errorf("min values %d: want 1 or more", cfg.MinValues))
+	}
 	if cfg.Patience < 1 || cfg.Patience > 1000 {
 		errs = append(errs, fmt.Errorf("patience %d: want 1 to 1000", cfg.Patience))
 	}
@@ -182,12 +233,29 @@ func (c *Controller) P() float64 { return c.p }
 // Last is the last Step's decision.
 func (c *Controller) Last() Decision { return c.last }
 
-func (c *Controller) step(e float64) float64 {
-	return min(max(c.cfg.Gain*e, c.cfg.MinStep), c.cfg.MaxStep)
+// Span is the number of periods, this one included, that the next Step's
+// Observation.P95 should cover: those since p last rose (after the held
+// ones), at most Window.
+func (c *Controller) Span() int {
+	if c.hold > 0 {
+		return 1
+	}
+	return min(len(c.window)+1, c.cfg.Window)
+}
+
+func (c *Controller) clamp(step float64) float64 {
+	return min(max(step, c.cfg.MinStep), c.cfg.MaxStep)
 }
 
 // Step takes one period's observation and returns the decision.
 func (c *Controller) Step(o Observation) Decision {
+	d := Decision{P: c.p, Stale: math.NaN(), P95: o.P95, Verdict: c.last.Verdict}
+	if c.hold > 0 {
+		c.hold--
+		d.Held = true
+		c.last = d
+		return d // measures the old p: ignore
+	}
 	c.window = append(c.window, o)
 	if len(c.window) > c.cfg.Window {
 		c.window = c.window[1:]
@@ -197,10 +265,9 @@ func (c *Controller) Step(o Observation) Decision {
 		values += w.Values
 		positive += w.Positive
 	}
-	d := Decision{P: c.p, Stale: math.NaN(), P95: o.P95, Verdict: c.last.Verdict}
-	if values == 0 || o.P95 == 0 {
+	if values < c.cfg.MinValues || o.P95 == 0 {
 		c.last = d
-		return d // nothing measured: hold
+		return d // too little measured: hold
 	}
 	sla := c.cfg.SLA
 	d.Stale = float64(positive) / float64(values)
@@ -215,12 +282,16 @@ func (c *Controller) Step(o Observation) Decision {
 		if c.p >= 1 {
 			infeasible = fmt.Sprintf("stale %.4f over %.4f at p = 1", d.Stale, sla.Stale)
 		}
-		c.p = min(1, c.p+c.step((d.Stale-sla.Stale)/sla.Stale))
+		target := 1 - (1-c.p)*c.cfg.Margin*sla.Stale/d.Stale
+		c.p = min(1, c.p+c.clamp(target-c.p))
 	default:
 		if c.p <= 0 {
 			infeasible = fmt.Sprintf("p95 %v over %v at p = 0", o.P95, sla.Latency)
 		}
-		c.p = max(0, c.p-c.step(float64(o.P95-sla.Latency)/float64(sla.Latency)))
+		c.p = max(0, c.p-c.clamp(c.cfg.Gain*float64(o.P95-sla.Latency)/float64(sla.Latency)))
+	}
+	if c.p > d.P {
+		c.window, c.hold = c.window[:0], c.cfg.Hold
 	}
 	d.P = c.p
 	if d.StaleOK && d.LatencyOK {

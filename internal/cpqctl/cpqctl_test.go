@@ -125,3 +125,85 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowsAChangeWithLag runs the plant as the bench measures it: a
+// value is scored a period after its write, so each period's staleness is
+// that of the p of the period before. After the change, the SLA must hold
+// again (Patience periods in a row within both bounds) from at most 7
+// periods after the change, and the verdict say so by 9.
+func TestFollowsAChangeWithLag(t *testing.T) {
+	c, err := New(Config{SLA: SLA{Latency: 15 * time.Millisecond, Stale: 0.05}, P: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := plant{s0: 0.10, weak: time.Millisecond, strong: 20 * time.Millisecond, knee: 0.8}
+	after := plant{s0: 0.20, weak: time.Millisecond, strong: 18 * time.Millisecond, knee: 1}
+	prev := c.P()
+	var ds []Decision
+	for i := range 60 {
+		pl := before
+		if i >= 30 {
+			pl = after
+		}
+		o := pl.observe(c.P())
+		o.Positive = pl.observe(prev).Positive // staleness of the period before
+		if i == 30 {
+			o.Positive = before.observe(prev).Positive // written before the change
+		}
+		prev = c.P()
+		ds = append(ds, c.Step(o))
+	}
+	if ds[29].Verdict != Met {
+		t.Fatalf("not met before the change: %+v", ds[29])
+	}
+	within := func(d Decision) bool { return d.P >= 0.75 && d.P <= 0.82 }
+	streak, met := -1, -1
+	for i := 30; i < len(ds); i++ {
+		if streak < 0 && within(ds[i]) {
+			ok := true
+			for _, d := range ds[i:] {
+				ok = ok && within(d)
+			}
+			if ok {
+				streak = i - 30
+			}
+		}
+		if met < 0 && ds[i].Verdict == Met && within(ds[i]) {
+			met = i - 30
+		}
+	}
+	if streak < 0 || streak > 7 || met < 0 || met > 9 {
+		for i, d := range ds[28:] {
+			t.Logf("%d: p %.3f stale %.4f held %v %v", i-2, d.P, d.Stale, d.Held, d.Verdict)
+		}
+		t.Fatalf("after the change: in the feasible interval for good from period %d, met at %d; want 7 and 9 at most", streak, met)
+	}
+}
+
+func TestHoldsAfterARise(t *testing.T) {
+	c, _ := New(Config{SLA: SLA{Latency: time.Second, Stale: 0.05}, P: 0.2, Hold: 2})
+	d := c.Step(Observation{P95: time.Millisecond, Values: 100, Positive: 20})
+	// stale 0.2 at p = 0.2: the model puts 0.8*0.05 at 1 - 0.8*0.04/0.2 = 0.84,
+	// more than MaxStep away.
+	if math.Abs(d.P-0.5) > 1e-9 {
+		t.Fatalf("p %.3f after stale 0.2 at p 0.2, want 0.5 (the step's ceiling)", d.P)
+	}
+	for i := range 2 {
+		if d := c.Step(Observation{P95: time.Millisecond, Values: 100, Positive: 20}); !d.Held || d.P != 0.5 || c.Span() != 1 {
+			t.Fatalf("period %d after the rise: %+v (span %d), want held at 0.5", i, d, c.Span())
+		}
+	}
+	// Judged again, on a fresh window: stale 0.1 at p = 0.5 aims at
+	// 1 - 0.5*0.04/0.1 = 0.8.
+	if d := c.Step(Observation{P95: time.Millisecond, Values: 100, Positive: 10}); d.Held || math.Abs(d.P-0.8) > 1e-9 {
+		t.Fatalf("after the hold: %+v, want p 0.8", d)
+	}
+	// Too few values: no judgement.
+	c, _ = New(Config{SLA: SLA{Latency: time.Second, Stale: 0.05}, P: 0.2, MinValues: 100})
+	if d := c.Step(Observation{P95: time.Millisecond, Values: 60, Positive: 30}); d.P != 0.2 {
+		t.Fatalf("judged on 60 values: %+v", d)
+	}
+	if d := c.Step(Observation{P95: time.Millisecond, Values: 60, Positive: 0}); d.P <= 0.2 || c.Span() != 1 {
+		t.Fatalf("120 values, 30 positive: %+v (span %d), want p up", d, c.Span())
+	}
+}
