@@ -128,7 +128,8 @@ func dequeue(event string) correctabletest.Op[int] {
 func Example_ticketSelling() {
 	const threshold = 20
 	ctx := context.Background()
-	cluster, _ := correctabletest.NewCluster(correctabletest.Config{})
+	wait, attached := primaryAfterCallbacks()
+	cluster, _ := correctabletest.NewCluster(correctabletest.Config{Wait: wait})
 	cluster.Put("tickets:concert", "22")
 	b := correctabletest.Sequential[int](cluster)
 
@@ -154,6 +155,7 @@ func Example_ticketSelling() {
 			},
 			OnError: func(err error) { fmt.Println(err); close(closed) },
 		})
+		attached()
 		<-closed
 	}
 
@@ -173,7 +175,8 @@ func Example_ticketSelling() {
 // from the phone's cache, the closest backup and the primary.
 func Example_newsReader() {
 	ctx := context.Background()
-	cluster, _ := correctabletest.NewCluster(correctabletest.Config{WithCache: true})
+	wait, attached := primaryAfterCallbacks()
+	cluster, _ := correctabletest.NewCluster(correctabletest.Config{WithCache: true, Wait: wait})
 	_ = cluster.SetLag(correctabletest.CacheReplica, 2)
 	_ = cluster.SetLag(correctabletest.BackupReplica, 1)
 	cluster.Put("news", "storm warning")
@@ -190,9 +193,32 @@ func Example_newsReader() {
 		OnFinal:  func(items correctable.View[string]) { refreshDisplay(items); close(closed) },
 		OnError:  func(err error) { fmt.Println(err); close(closed) },
 	})
+	attached()
 	<-closed
 	// Output:
 	// cache    storm warning
 	// eventual storm warning, match result
 	// strong   storm warning, match result, election called
+}
+
+// primaryAfterCallbacks returns a correctabletest.Config.Wait that holds
+// each request to the primary until attached is called, once per request.
+// A Correctable whose final view arrives before SetCallbacks starts the
+// callbacks from that view and skips the preliminary ones (still correct,
+// only later), so the examples call attached after SetCallbacks to keep
+// their output independent of scheduling.
+func primaryAfterCallbacks() (wait func(context.Context, correctabletest.Replica) error, attached func()) {
+	ch := make(chan struct{}, 1)
+	wait = func(ctx context.Context, r correctabletest.Replica) error {
+		if r != correctabletest.PrimaryReplica {
+			return nil
+		}
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return wait, func() { ch <- struct{}{} }
 }
