@@ -3,11 +3,7 @@ package redisbinding_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,20 +23,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "redisbinding")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	servers, startErr = extstore.StartRedis(ctx, dir, 2)
-	cancel()
-	code := m.Run()
-	if servers != nil {
-		servers.Stop()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	extstore.Main(m, "redisbinding", 60*time.Second, func(ctx context.Context, dir string) (*extstore.Redis, error) {
+		return extstore.StartRedis(ctx, dir, 2)
+	}, &servers, &startErr)
 }
 
 func newBinding(t testing.TB, cfg redisbinding.Config) *redisbinding.Binding {
@@ -57,19 +42,9 @@ func newBinding(t testing.TB, cfg redisbinding.Config) *redisbinding.Binding {
 	return b
 }
 
-func closedAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 func TestConformance(t *testing.T) {
 	b := newBinding(t, redisbinding.Config{Prefix: "conformance:"})
-	down, err := redisbinding.New(redisbinding.Config{Primary: closedAddr(t), Replicas: []string{closedAddr(t)}, RequestTimeout: 3 * time.Second})
+	down, err := redisbinding.New(redisbinding.Config{Primary: kvtest.ClosedAddr(t), Replicas: []string{kvtest.ClosedAddr(t)}, RequestTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,42 +127,7 @@ func waitOnline(t *testing.T, n int) {
 
 // TestQueueExactlyOnce: concurrent dequeuers take every item exactly once.
 func TestQueueExactlyOnce(t *testing.T) {
-	b := newBinding(t, redisbinding.Config{Prefix: "queue:"})
-	ctx := context.Background()
-	const items, workers = 40, 4
-	for i := range items {
-		if _, err := correctable.InvokeStrong(ctx, b, client.Enqueue("tickets", []byte(fmt.Sprint(i)))).Final(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var (
-		mu  sync.Mutex
-		got = map[string]int{}
-		wg  sync.WaitGroup
-	)
-	for range workers {
-		wg.Go(func() {
-			for {
-				v, err := correctable.Invoke(ctx, b, client.Dequeue("tickets")).Final(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !v.Value.OK {
-					return
-				}
-				mu.Lock()
-				got[string(v.Value.Value)]++
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	for i := range items {
-		if got[fmt.Sprint(i)] != 1 {
-			t.Errorf("item %d dequeued %d times", i, got[fmt.Sprint(i)])
-		}
-	}
+	kvtest.QueueExactlyOnce(t, 40, 4, newBinding(t, redisbinding.Config{Prefix: "queue:"}))
 }
 
 // BenchmarkViews measures each view's latency on the primary and two

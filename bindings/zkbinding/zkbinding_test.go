@@ -3,8 +3,6 @@ package zkbinding
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -23,20 +21,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zkbinding")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	ensemble, startErr = extstore.StartZooKeeper(ctx, dir, 3)
-	cancel()
-	code := m.Run()
-	if ensemble != nil {
-		ensemble.Stop()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	extstore.Main(m, "zkbinding", 90*time.Second, func(ctx context.Context, dir string) (*extstore.ZooKeeper, error) {
+		return extstore.StartZooKeeper(ctx, dir, 3)
+	}, &ensemble, &startErr)
 }
 
 func newBinding(t testing.TB, root string) *Binding {
@@ -50,19 +37,9 @@ func newBinding(t testing.TB, root string) *Binding {
 	return b
 }
 
-func closedAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 func TestConformance(t *testing.T) {
 	b := newBinding(t, "/conformance")
-	down, err := New(Config{Servers: []string{closedAddr(t)}, RequestTimeout: 3 * time.Second})
+	down, err := New(Config{Servers: []string{kvtest.ClosedAddr(t)}, RequestTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,57 +141,9 @@ func TestDequeueBytesConstant(t *testing.T) {
 }
 
 // TestQueueExactlyOnce: concurrent dequeuers take every item exactly once,
-// through gaps in the sequence numbers as well.
+// through gaps in the sequence numbers as well, from two sessions.
 func TestQueueExactlyOnce(t *testing.T) {
-	b := newBinding(t, "/exactly-once")
-	other := newBinding(t, "/exactly-once") // a second session
-	ctx := context.Background()
-	const items, workers = 60, 4
-	for i := range items {
-		if _, err := correctable.InvokeStrong(ctx, b, client.Enqueue("tickets", []byte(fmt.Sprint(i)))).Final(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := make(chan string, items)
-	errs := make(chan error, workers)
-	done := make(chan struct{})
-	for w := range workers {
-		bw := b
-		if w%2 == 1 {
-			bw = other
-		}
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for {
-				v, err := correctable.Invoke(ctx, bw, client.Dequeue("tickets")).Final(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if !v.Value.OK {
-					return
-				}
-				got <- string(v.Value.Value)
-			}
-		}()
-	}
-	for range workers {
-		<-done
-	}
-	close(got)
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	seen := map[string]int{}
-	for v := range got {
-		seen[v]++
-	}
-	for i := range items {
-		if seen[fmt.Sprint(i)] != 1 {
-			t.Errorf("item %d dequeued %d times", i, seen[fmt.Sprint(i)])
-		}
-	}
+	kvtest.QueueExactlyOnce(t, 60, 4, newBinding(t, "/exactly-once"), newBinding(t, "/exactly-once"))
 }
 
 // BenchmarkViews measures each view's latency on the three servers

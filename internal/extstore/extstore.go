@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // ErrNotInstalled is returned when a store's programs are not on this
@@ -34,6 +35,56 @@ func Require(t testing.TB, what string, err error) {
 		t.Fatalf("%s could not be started (CI=true, so this fails rather than skips): %v", what, err)
 	}
 	t.Skipf("%s could not be started, skipping (set CI=true to make this a failure; apt-get install zookeeper redis-server): %v", what, err)
+}
+
+// Main runs a test binary's tests, m, around servers they share, and exits
+// with their code: start starts the servers within timeout in a fresh
+// temporary directory (named after pattern, as os.MkdirTemp takes it),
+// sets *servers and *startErr to what it returns, and after the tests the
+// servers are stopped and the directory removed. A failed start does not
+// stop the tests: those that need the servers report *startErr through
+// Require.
+func Main[S interface{ Stop() error }](m *testing.M, pattern string, timeout time.Duration, start func(ctx context.Context, dir string) (S, error), servers *S, startErr *error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	*servers, *startErr = start(ctx, dir)
+	cancel()
+	code := m.Run()
+	if *startErr == nil {
+		(*servers).Stop()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// group is the servers of a store run as child processes.
+type group struct {
+	procs []*process
+}
+
+// Stop stops every server.
+func (g *group) Stop() error {
+	var errs []error
+	for _, p := range g.procs {
+		errs = append(errs, p.stop())
+	}
+	g.procs = nil
+	return errors.Join(errs...)
+}
+
+// exited returns the error of the first server found to have ended (see
+// process.exited), or nil while all run.
+func (g *group) exited() error {
+	for _, p := range g.procs {
+		if err := p.exited(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. They are free

@@ -2,7 +2,6 @@ package extstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,7 +18,7 @@ type Redis struct {
 	// Primary is the primary's address, Replicas the replicas' (host:port).
 	Primary  string
 	Replicas []string
-	procs    []*process
+	group
 }
 
 // StartRedis starts a primary and n replicas (redis-server from Debian's
@@ -74,10 +73,8 @@ func (r *Redis) wait(ctx context.Context, replicas int) error {
 		if err == nil && strings.Count(info, "state=online") == replicas {
 			return nil
 		}
-		for _, p := range r.procs {
-			if perr := p.exited(); perr != nil {
-				return perr
-			}
+		if perr := r.exited(); perr != nil {
+			return perr
 		}
 		select {
 		case <-ctx.Done():
@@ -85,14 +82,4 @@ func (r *Redis) wait(ctx context.Context, replicas int) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// Stop stops every server.
-func (r *Redis) Stop() error {
-	var errs []error
-	for _, p := range r.procs {
-		errs = append(errs, p.stop())
-	}
-	r.procs = nil
-	return errors.Join(errs...)
 }

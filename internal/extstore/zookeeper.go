@@ -22,7 +22,7 @@ type ZooKeeper struct {
 	// Servers are the servers' client addresses (host:port), server 1
 	// first.
 	Servers []string
-	procs   []*process
+	group
 }
 
 // StartZooKeeper starts an ensemble of n servers (java, Debian's
@@ -104,11 +104,9 @@ func (z *ZooKeeper) wait(ctx context.Context) error {
 			if err == nil || errors.Is(err, zk.ErrNodeExists) {
 				break
 			}
-			for _, p := range z.procs {
-				if perr := p.exited(); perr != nil {
-					conn.Close()
-					return perr
-				}
+			if perr := z.exited(); perr != nil {
+				conn.Close()
+				return perr
 			}
 			select {
 			case <-ctx.Done():
@@ -120,16 +118,6 @@ func (z *ZooKeeper) wait(ctx context.Context) error {
 		conn.Close()
 	}
 	return nil
-}
-
-// Stop stops every server.
-func (z *ZooKeeper) Stop() error {
-	var errs []error
-	for _, p := range z.procs {
-		errs = append(errs, p.stop())
-	}
-	z.procs = nil
-	return errors.Join(errs...)
 }
 
 type nopLogger struct{}
