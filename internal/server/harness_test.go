@@ -7,10 +7,48 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/client"
 	"github.com/correctables/correctables/internal/storage"
 )
+
+// startServers creates and starts a server from each of cfgs; they are
+// stopped, in order, when the test ends.
+func startServers(t testing.TB, cfgs ...Config) []*Server {
+	t.Helper()
+	var servers []*Server
+	t.Cleanup(func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	})
+	for _, cfg := range cfgs {
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, s)
+	}
+	return servers
+}
+
+// plainConn returns a plaintext gRPC connection to addr, closed when the
+// test ends.
+func plainConn(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
 
 // freePeers reserves a loopback address for each of n replicas.
 func freePeers(t testing.TB, n int) map[uint64]string {

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/correctables/correctables/api"
@@ -21,12 +19,7 @@ import (
 
 func dialCluster(t testing.TB, addr string) api.ClusterClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return api.NewClusterClient(conn)
+	return api.NewClusterClient(plainConn(t, addr))
 }
 
 func listIDs(l *api.MemberListReply) (ids []uint64, learners []uint64) {

@@ -14,9 +14,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -97,19 +95,8 @@ func TestReviewBugFailStopAnswersUnavailable(t *testing.T) {
 func TestReviewBugForgedHeartbeatCrashes(t *testing.T) {
 	if os.Getenv("REVIEW_FORGED_HEARTBEAT") == "1" {
 		peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}
-		s, err := New(Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Stop()
-		conn, err := grpc.NewClient(peers[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		startServers(t, Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
+		conn := plainConn(t, peers[1])
 		b, err := replica.EncodeMessage(replica.Message{Type: replica.MsgRaft, From: 2, To: 1,
 			Raft: &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(2), To: proto.Uint64(1), Term: proto.Uint64(1000), Commit: proto.Uint64(1 << 40)}})
 		if err != nil {

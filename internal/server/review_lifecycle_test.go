@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/correctables/correctables/api"
@@ -262,20 +260,8 @@ func TestReviewHostileOps(t *testing.T) {
 // replica keeps serving.
 func TestReviewPeerEnvelopeValidation(t *testing.T) {
 	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t)}
-	s, err := New(Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	conn, err := grpc.NewClient(peers[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	pc := api.NewPeerClient(conn)
+	startServers(t, Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
+	pc := api.NewPeerClient(plainConn(t, peers[1]))
 	enc := func(m replica.Message) []byte {
 		b, err := replica.EncodeMessage(m)
 		if err != nil {

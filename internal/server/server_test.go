@@ -12,9 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -77,37 +75,20 @@ func startCluster(t testing.TB, n int, mk func(id uint64) Storage) []*Server {
 	for i := 1; i <= n; i++ {
 		peers[uint64(i)] = freeAddr(t)
 	}
-	var servers []*Server
+	var cfgs []Config
 	for i := 1; i <= n; i++ {
 		id := uint64(i)
-		s, err := New(Config{
+		cfgs = append(cfgs, Config{
 			ID: id, Peers: peers, ClientAddr: peers[id], PeerAddr: peers[id], Storage: mk(id),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Seed: uint64(i),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		servers = append(servers, s)
 	}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	})
-	return servers
+	return startServers(t, cfgs...)
 }
 
 func dial(t testing.TB, addr string) api.StoreClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return api.NewStoreClient(conn)
+	return api.NewStoreClient(plainConn(t, addr))
 }
 
 func invoke(ctx context.Context, c api.StoreClient, req *api.InvokeRequest) ([]*api.ViewReply, error) {

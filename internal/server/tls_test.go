@@ -95,26 +95,14 @@ func clientTLS(t *testing.T, dir, crt, key string) credentials.TransportCredenti
 func TestTLSCluster(t *testing.T) {
 	tc := makeCerts(t, 3)
 	peers := freePeers(t, 3)
-	var servers []*Server
+	var cfgs []Config
 	for id := uint64(1); id <= 3; id++ {
-		st := reviewMem()
-		s, err := New(Config{
-			ID: id, Peers: peers, ClientAddr: peers[id], Storage: st, Logger: reviewQuiet(), Seed: id,
+		cfgs = append(cfgs, Config{
+			ID: id, Peers: peers, ClientAddr: peers[id], Storage: reviewMem(), Logger: reviewQuiet(), Seed: id,
 			TLS: serverTLS(t, tc.dir, id, false),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		servers = append(servers, s)
 	}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	})
+	servers := startServers(t, cfgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
