@@ -84,12 +84,7 @@ func (c *Config) validate() error {
 	if c.RequestTimeout < 0 || c.MaxRetries < 0 {
 		return fmt.Errorf("etcdbinding: negative RequestTimeout or MaxRetries: %w", client.ErrInvalidArgument)
 	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 5 * time.Second
-	}
-	if c.MaxRetries == 0 {
-		c.MaxRetries = 64
-	}
+	kvop.DefaultLimits(&c.RequestTimeout, &c.MaxRetries)
 	return nil
 }
 

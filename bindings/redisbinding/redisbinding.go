@@ -94,12 +94,7 @@ func (c *Config) validate() error {
 	if c.WaitTimeout == 0 {
 		c.WaitTimeout = 2 * time.Second
 	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 5 * time.Second
-	}
-	if c.MaxRetries == 0 {
-		c.MaxRetries = 64
-	}
+	kvop.DefaultLimits(&c.RequestTimeout, &c.MaxRetries)
 	return nil
 }
 

@@ -87,12 +87,7 @@ func (c *Config) validate() error {
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 10 * time.Second
 	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 5 * time.Second
-	}
-	if c.MaxRetries == 0 {
-		c.MaxRetries = 64
-	}
+	kvop.DefaultLimits(&c.RequestTimeout, &c.MaxRetries)
 	return nil
 }
 

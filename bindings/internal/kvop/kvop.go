@@ -15,6 +15,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/correctables/correctables/client"
 )
@@ -22,6 +23,25 @@ import (
 // MaxScan is the most items a scan returns (limit 0 means this many), as in
 // our store.
 const MaxScan = 1000
+
+// The defaults of the limits every binding's Config has.
+const (
+	// DefaultRequestTimeout bounds each operation.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultMaxRetries bounds the attempts of an operation whose guarded
+	// commit lost to a concurrent write.
+	DefaultMaxRetries = 64
+)
+
+// DefaultLimits sets a zero request timeout or retry bound to its default.
+func DefaultLimits(requestTimeout *time.Duration, maxRetries *int) {
+	if *requestTimeout == 0 {
+		*requestTimeout = DefaultRequestTimeout
+	}
+	if *maxRetries == 0 {
+		*maxRetries = DefaultMaxRetries
+	}
+}
 
 // Entry is one key's state: its value, if Found.
 type Entry struct {
