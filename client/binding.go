@@ -172,7 +172,7 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 		}
 		c.markDown(e, err)
 		errs = append(errs, err)
-		if viewed || (sent && !retryable) {
+		if viewed || (sent && !retryable && !notRun(err)) {
 			return err
 		}
 	}

@@ -29,6 +29,8 @@ type Client struct {
 	stats     counters
 	// mon is the monitor SLA reads use (Pileus §4.5), fed by the probes.
 	mon *Monitor
+	// pin is the cluster id the Client is pinned to (clusterid.go).
+	pin clusterPin
 
 	// stop ends the prober; wg waits for it.
 	stop context.CancelFunc
@@ -93,6 +95,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, err
 		return nil, fmt.Errorf("client: dial: %w", err)
 	}
 	c := &Client{cfg: cfg, mon: newMonitor()}
+	c.pin.id.Store(cfg.clusterID)
 	creds := cfg.creds
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -103,7 +106,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, err
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes)),
 	}, cfg.dialOpts...)
 	for i, addr := range endpoints {
-		conn, err := grpc.NewClient(addr, dialOpts...)
+		conn, err := grpc.NewClient(addr, append(c.pin.dialOptions(addr), dialOpts...)...)
 		if err != nil {
 			c.closeConns()
 			return nil, fmt.Errorf("client: dial %s: %w: %w", addr, ErrInvalidArgument, err)

@@ -151,6 +151,9 @@ func errorFromStatus(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
+	if me, ok := errors.AsType[*ClusterMismatchError](err); ok {
+		return me
+	}
 	st, ok := status.FromError(err)
 	if !ok {
 		return fmt.Errorf("%w: %w", ErrServer, err)

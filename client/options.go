@@ -50,6 +50,8 @@ type config struct {
 	noConfirm bool
 	// recorder, if set, records the gets and puts (WithTraceRecorder).
 	recorder *TraceRecorder
+	// clusterID pins the Client to a cluster from the start (WithClusterID).
+	clusterID uint64
 }
 
 // WithTransportCredentials secures the connections with creds (for example

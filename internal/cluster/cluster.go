@@ -61,6 +61,10 @@ type Options struct {
 	// server.Config).
 	TLS      func(id uint64) (*server.TLS, error)
 	Insecure bool
+	// ClusterToken goes into the cluster id (server.Config.ClusterToken).
+	// The id is computed from the replicas' listen addresses, whatever
+	// addresses (emulated WAN, delay proxies) they reach each other at.
+	ClusterToken string
 }
 
 // Cluster is a running in-process cluster.
@@ -199,6 +203,10 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		return m
 	}
+	founders := map[uint64]string{}
+	for i := range n {
+		founders[uint64(i+1)] = listen[i]
+	}
 	for i := range n {
 		id := uint64(i + 1)
 		dir := filepath.Join(opts.Dir, name(i))
@@ -223,6 +231,7 @@ func Start(opts Options) (*Cluster, error) {
 			ID: id, Peers: peersOf(i), ClientAddr: listen[i], PeerAddr: listen[i], Storage: st,
 			Tick: opts.Tick, ElectionTicks: opts.ElectionTicks, Logger: opts.Logger,
 			TLS: tlsCfg, Insecure: opts.Insecure,
+			InitialCluster: founders, ClusterToken: opts.ClusterToken,
 		})
 		if err != nil {
 			st.Close()

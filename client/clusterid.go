@@ -1,0 +1,143 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/correctables/correctables/api"
+)
+
+// Cluster identity. Every reply of a replica carries the id of its cluster
+// (api.ClusterIDMetadata in the response header). The Client pins the first
+// cluster id it sees (or the one WithClusterID gives), sends it with every
+// request, and treats an endpoint that answers for another cluster as
+// unavailable: the address of one of its replicas is now used by another
+// cluster's replica. A replica that knows its cluster refuses a request
+// that expects another before running it, so the Client fails such an
+// operation over to the next endpoint, an update too. Servers that send no
+// cluster id are accepted.
+
+// ErrClusterMismatch: an endpoint answered for another cluster than the one
+// the Client is pinned to. The error is a *ClusterMismatchError and also
+// matches ErrUnavailable: the Client fails over as from a down endpoint.
+var ErrClusterMismatch = errors.New("client: cluster id mismatch")
+
+// ClusterMismatchError is the error of an endpoint that answered for
+// another cluster.
+type ClusterMismatchError struct {
+	// Endpoint is the address, as given to Dial.
+	Endpoint string
+	// Pinned is the cluster id the Client is pinned to; Got the one the
+	// endpoint answered with.
+	Pinned, Got uint64
+	// NotRun reports that the request carried the pinned id, so the
+	// replica refused it before running it.
+	NotRun bool
+}
+
+func (e *ClusterMismatchError) Error() string {
+	return fmt.Sprintf("cluster id mismatch: endpoint %s answers for cluster %s, this client is pinned to cluster %s "+
+		"(a replica of another cluster has that address): unavailable for this client",
+		e.Endpoint, api.FormatClusterID(e.Got), api.FormatClusterID(e.Pinned))
+}
+
+// Is makes the error match ErrClusterMismatch and ErrUnavailable.
+func (e *ClusterMismatchError) Is(target error) bool {
+	return target == ErrClusterMismatch || target == ErrUnavailable
+}
+
+// WithClusterID pins the Client to cluster id (as `correctables status`
+// prints it; api.ParseClusterID reads it) from the start, instead of to the
+// first one an endpoint answers with.
+func WithClusterID(id uint64) Option { return func(c *config) { c.clusterID = id } }
+
+// ClusterID returns the id of the cluster the Client is pinned to: the
+// first one a replica answered with, or WithClusterID's; 0 while no
+// replica that sends one has answered.
+func (c *Client) ClusterID() uint64 { return c.pin.id.Load() }
+
+// clusterPin is the cluster id a Client is pinned to (0: none yet).
+type clusterPin struct{ id atomic.Uint64 }
+
+// dialOptions are the interceptors of the connection to endpoint addr: they
+// send the pinned id with each request and check the id of each reply.
+func (p *clusterPin) dialOptions(addr string) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			ctx, sent := p.outgoing(ctx)
+			var hdr metadata.MD
+			err := invoke(ctx, method, req, reply, cc, append(opts, grpc.Header(&hdr))...)
+			if cerr := p.check(addr, hdr, sent); cerr != nil {
+				return cerr
+			}
+			return err
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			ctx, sent := p.outgoing(ctx)
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				return nil, err
+			}
+			return &pinnedStream{ClientStream: cs, p: p, addr: addr, sent: sent}, nil
+		}),
+	}
+}
+
+// outgoing adds the pinned cluster id, if any, to the request's metadata;
+// it returns the id it sent.
+func (p *clusterPin) outgoing(ctx context.Context) (context.Context, uint64) {
+	id := p.id.Load()
+	if id == 0 {
+		return ctx, 0
+	}
+	return metadata.AppendToOutgoingContext(ctx, api.ClusterIDMetadata, api.FormatClusterID(id)), id
+}
+
+// check pins the cluster id of a reply's header, or fails if it differs
+// from the pinned one; sent is the id the request carried.
+func (p *clusterPin) check(addr string, hdr metadata.MD, sent uint64) error {
+	got, err := api.ClusterIDFromMetadata(hdr.Get(api.ClusterIDMetadata))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrProtocol, addr, err)
+	}
+	if got == 0 || p.id.CompareAndSwap(0, got) {
+		return nil
+	}
+	if pinned := p.id.Load(); pinned != got {
+		return &ClusterMismatchError{Endpoint: addr, Pinned: pinned, Got: got, NotRun: sent != 0 && sent != got}
+	}
+	return nil
+}
+
+// pinnedStream checks a stream's header before its first message.
+type pinnedStream struct {
+	grpc.ClientStream
+	p       *clusterPin
+	addr    string
+	sent    uint64
+	checked bool
+}
+
+func (s *pinnedStream) RecvMsg(m any) error {
+	if !s.checked {
+		s.checked = true
+		if hdr, err := s.Header(); err == nil {
+			if cerr := s.p.check(s.addr, hdr, s.sent); cerr != nil {
+				return cerr
+			}
+		}
+	}
+	return s.ClientStream.RecvMsg(m)
+}
+
+// notRun reports that err is a refusal before the operation ran, so that
+// trying it at another endpoint cannot run it twice.
+func notRun(err error) bool {
+	me, ok := errors.AsType[*ClusterMismatchError](err)
+	return ok && me.NotRun
+}
