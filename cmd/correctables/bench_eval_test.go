@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,15 +8,7 @@ import (
 )
 
 // runEval runs the root command with args and returns its output and error.
-func runEval(args ...string) (string, error) {
-	cmd := newRootCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
-}
+func runEval(args ...string) (string, error) { return output(newRootCmd(), args...) }
 
 func TestEvalBadArgs(t *testing.T) {
 	dir := t.TempDir()

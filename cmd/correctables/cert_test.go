@@ -17,12 +17,8 @@ import (
 // error.
 func runTLSCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := newRootCmd()
 	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(io.Discard)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
+	err := executeWithin(t, 2*time.Minute, newRootCmd(), nil, &out, io.Discard, args...)
 	return out.String(), err
 }
 

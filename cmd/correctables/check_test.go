@@ -11,15 +11,7 @@ import (
 	"github.com/correctables/correctables/internal/gamma"
 )
 
-func runCheck(args ...string) (string, error) {
-	cmd := newCheckCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
-}
+func runCheck(args ...string) (string, error) { return output(newCheckCmd(), args...) }
 
 func TestCheckGamma(t *testing.T) {
 	dir := t.TempDir()

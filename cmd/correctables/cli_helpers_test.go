@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/correctables/correctables/client"
 	"github.com/correctables/correctables/internal/cluster"
 )
@@ -17,10 +19,30 @@ import (
 // to stdout and its error.
 func cli(t *testing.T, stdin io.Reader, args ...string) (string, error) {
 	t.Helper()
-	cmd := newRootCmd()
 	var out, errOut bytes.Buffer
+	err := executeWithin(t, 2*time.Minute, newRootCmd(), stdin, &out, &errOut, args...)
+	return out.String(), err
+}
+
+// output runs cmd with args and returns what it wrote (stdout and stderr
+// together) and its error.
+func output(cmd *cobra.Command, args ...string) (string, error) {
+	var out bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// executeWithin runs cmd with args, stdin (if not nil), stdout to out and
+// stderr to errOut, and returns its error; it fails the test if cmd does
+// not return within d (a command that should have failed but started
+// serving instead waits for a signal).
+func executeWithin(t testing.TB, d time.Duration, cmd *cobra.Command, stdin io.Reader, out *bytes.Buffer, errOut io.Writer, args ...string) error {
+	t.Helper()
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
 	if stdin != nil {
 		cmd.SetIn(stdin)
 	}
@@ -29,10 +51,10 @@ func cli(t *testing.T, stdin io.Reader, args ...string) (string, error) {
 	go func() { done <- cmd.Execute() }()
 	select {
 	case err := <-done:
-		return out.String(), err
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("correctables %s did not return (output: %s)", strings.Join(args, " "), out.String())
-		return "", nil
+		return err
+	case <-time.After(d):
+		t.Fatalf("correctables %s did not return within %v (output: %s)", strings.Join(args, " "), d, out.String())
+		return nil
 	}
 }
 

@@ -16,20 +16,8 @@ import (
 // failed but started serving instead waits for a signal).
 func runCLI(t *testing.T, d time.Duration, args ...string) error {
 	t.Helper()
-	cmd := newRootCmd()
 	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Execute() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(d):
-		t.Fatalf("correctables %s did not return within %v (output: %s)", strings.Join(args, " "), d, out.String())
-		return nil
-	}
+	return executeWithin(t, d, newRootCmd(), nil, &out, &out, args...)
 }
 
 func TestReviewCLIBadArgs(t *testing.T) {
