@@ -154,16 +154,37 @@ func (r *Replica) proposeDurable() {
 		n++
 	}
 	r.toPropose = r.toPropose[n:]
-	if upTo-min(upTo, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch) {
+	if r.ownBatchDue(upTo) {
 		r.proposeOwn()
 	}
 }
 
 // proposalsDue reports whether proposeDurable has something to propose.
+// HasReady relies on it: it must be false whenever proposeDurable would
+// propose nothing, or the driver, which handles Readies while HasReady
+// holds, would spin on empty Readies and never return to its loop (no
+// ticks, no requests, no Stop).
 func (r *Replica) proposalsDue() bool {
 	upTo := r.proposable()
-	return (len(r.toPropose) > 0 && r.toPropose[0].ID.Seq <= upTo) ||
-		upTo-min(upTo, max(r.ownProposed, r.committedVV[r.cfg.ID])) >= uint64(r.cfg.NoopBatch)
+	return (len(r.toPropose) > 0 && r.toPropose[0].ID.Seq <= upTo) || r.ownBatchDue(upTo)
+}
+
+// ownBatchDue reports whether proposeOwn would propose something now: at
+// least NoopBatch own operations up to upTo wait for an entry, and the
+// first of them is weak. proposeOwn stops at the first own strong
+// operation (it goes in its own entries, with its context, through
+// propose), so when that one leads, nothing is due here: it is proposed
+// again by the retry of pending strong operations (Tick) or at the next
+// leader (checkLeader), and the weak ones behind it follow. That is the
+// case of a follower that loses its leader (checkLeader forgets what it
+// proposed) while a batch of its own strong operations waits for commit.
+func (r *Replica) ownBatchDue(upTo uint64) bool {
+	from := max(r.ownProposed, r.committedVV[r.cfg.ID]) + 1
+	if upTo < from || upTo-from+1 < uint64(r.cfg.NoopBatch) {
+		return false
+	}
+	q, ok := r.Op(OpID{r.cfg.ID, from})
+	return ok && !q.Strong
 }
 
 // recentlyProposed reports whether this replica put the operation in an
