@@ -295,8 +295,8 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 		fmt.Fprintf(progress, "bench cpq: %s over %d keys, %s, %.0f ops/s target, %d rows of %v (+%v warmup), %v more one-way between replicas\n",
 			dist, n, net, p.f.rate, len(specs), p.f.duration, p.f.warmup, p.f.replicaDelay)
 		capacity := n + int(p.f.rate*1.3*(float64(len(specs))*(p.f.duration+p.f.warmup+2*p.f.period).Seconds()+(p.f.ctlDuration+p.f.warmup+2*p.f.period).Seconds())) + 10_000
-		err = withCPQCluster(ctx, p.f.wan, p.f.replicaDelay, false, func(c *cluster.Cluster, eps []string) error {
-			h, err := cpqbench.Dial(ctx, eps, capacity)
+		err = withCPQCluster(ctx, p.f.wan, p.f.replicaDelay, false, func(c *cluster.Cluster, eps [][]string) error {
+			h, err := cpqbench.DialViews(ctx, eps, capacity)
 			if err != nil {
 				return err
 			}
@@ -338,8 +338,8 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 			ccfg := cfg
 			ccfg.Duration = p.f.ctlDuration
 			fmt.Fprintf(progress, "bench cpq: controller, SLA %v, %v more one-way between replicas at %v\n", sla, p.f.changeDelay, changeAt)
-			err = withCPQCluster(ctx, p.f.wan, p.f.replicaDelay, p.f.changeDelay > 0, func(c *cluster.Cluster, eps []string) error {
-				h, err := cpqbench.Dial(ctx, eps, capacity)
+			err = withCPQCluster(ctx, p.f.wan, p.f.replicaDelay, p.f.changeDelay > 0, func(c *cluster.Cluster, eps [][]string) error {
+				h, err := cpqbench.DialViews(ctx, eps, capacity)
 				if err != nil {
 					return err
 				}
@@ -399,11 +399,12 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 	return nil
 }
 
-// withCPQCluster runs f on a fresh three-replica cluster and the endpoints
-// of one client per replica, each in its replica's region. Messages between
-// replicas get delay more one-way latency; with changeable, the links are
-// delayable (even at 0) for the controller's latency change.
-func withCPQCluster(ctx context.Context, wan string, delay time.Duration, changeable bool, f func(*cluster.Cluster, []string) error) error {
+// withCPQCluster runs f on a fresh three-replica cluster and, for one
+// client host per replica in its replica's region, the endpoints of every
+// replica as that host reaches them. Messages between replicas get delay
+// more one-way latency; with changeable, the links are delayable (even at
+// 0) for the controller's latency change.
+func withCPQCluster(ctx context.Context, wan string, delay time.Duration, changeable bool, f func(*cluster.Cluster, [][]string) error) error {
 	dir, err := os.MkdirTemp("", "correctables-cpq-")
 	if err != nil {
 		return err
@@ -423,19 +424,19 @@ func withCPQCluster(ctx context.Context, wan string, delay time.Duration, change
 	if _, err := c.WaitLeader(wctx); err != nil {
 		return err
 	}
-	eps := make([]string, len(c.Servers))
-	for i := range eps {
+	views := make([][]string, len(c.Servers))
+	for i := range views {
 		if c.Net == nil {
-			eps[i] = c.Endpoints[i]
+			views[i] = c.Endpoints
 			continue
 		}
 		from, err := c.EndpointsFrom(c.Regions[i])
 		if err != nil {
 			return err
 		}
-		eps[i] = from[i]
+		views[i] = from
 	}
-	return f(c, eps)
+	return f(c, views)
 }
 
 func writeCPQTrace(path string, h *cpqbench.Hosts) error {

@@ -41,16 +41,32 @@ type Hosts struct {
 // Dial connects one client to each endpoint (endpoints[i] is host i's
 // replica), recording into a trace of the given capacity.
 func Dial(ctx context.Context, endpoints []string, traceCapacity int) (*Hosts, error) {
+	views := make([][]string, len(endpoints))
+	for i := range views {
+		views[i] = endpoints
+	}
+	return DialViews(ctx, views, traceCapacity)
+}
+
+// DialViews is Dial where host i reaches replica j at views[i][j] (on an
+// emulated WAN, through the link from i's region to j's): host i's client
+// dials views[i][i], its quorum client all of views[i], its own first.
+func DialViews(ctx context.Context, views [][]string, traceCapacity int) (*Hosts, error) {
 	h := &Hosts{Trace: client.NewTraceRecorder(traceCapacity)}
-	for i, ep := range endpoints {
+	for i, view := range views {
+		if len(view) != len(views) {
+			h.Close()
+			return nil, fmt.Errorf("cpqbench: host %d sees %d endpoints, want %d", i, len(view), len(views))
+		}
+		ep := view[i]
 		c, err := client.Dial(ctx, []string{ep}, client.WithTraceRecorder(h.Trace))
 		if err != nil {
 			h.Close()
 			return nil, fmt.Errorf("cpqbench: dial %s: %w", ep, err)
 		}
 		h.Clients = append(h.Clients, c)
-		all := append([]string{ep}, endpoints[:i]...)
-		all = append(all, endpoints[i+1:]...)
+		all := append([]string{ep}, view[:i]...)
+		all = append(all, view[i+1:]...)
 		q, err := client.Dial(ctx, all, client.WithTraceRecorder(h.Trace))
 		if err != nil {
 			h.Close()
@@ -58,7 +74,7 @@ func Dial(ctx context.Context, endpoints []string, traceCapacity int) (*Hosts, e
 		}
 		h.Quorum = append(h.Quorum, q)
 	}
-	if len(h.Clients) == 0 {
+	if len(views) == 0 {
 		return nil, errors.New("cpqbench: no endpoints")
 	}
 	return h, nil

@@ -21,7 +21,7 @@
 // caller's, over the last Span periods):
 //
 //	stale over X, latency within L   p += clamp(p_X - p, MinStep, MaxStep)
-//	latency over L, stale within X   p -= clamp(Gain*e_l, MinStep, MaxStep), e_l = (p95-L)/L
+//	latency over L, stale within X   p -= clamp(Gain*e_l, MinStep, MaxLatencyStep), e_l = (p95-L)/L
 //	both within                      hold p
 //	both over                        hold p; count the period as infeasible
 //
@@ -31,9 +31,10 @@
 // point, stale(p_X) = Margin*X at p_X = 1 - (1-p)*Margin*X/stale. One step
 // goes most of the way there rather than a fixed gain's fraction of it. The
 // latency bound has no such model (the p95 jumps to the stronger level's
-// once about 5% of reads take it), so its step is proportional. The floor
-// makes a small, persistent violation still move p; the ceiling keeps one
-// noisy window from swinging p across the range.
+// once about 5% of reads take it, and a stall of the machine moves it
+// whatever p is), so its step is proportional, with a lower ceiling. The
+// floor makes a small, persistent violation still move p; the ceilings
+// keep one noisy window from swinging p across the range.
 //
 // After p rises, the measurements start again: the window is emptied and
 // the next Hold periods are ignored, because the values they score were
@@ -80,10 +81,11 @@ type Config struct {
 	// Window is the largest number of periods the stale fraction is
 	// summed over (default 3).
 	Window int
-	// Gain, MinStep and MaxStep shape the step (defaults 0.1, 0.01, 0.3);
-	// Margin is where the stale step aims, as a fraction of the bound
-	// (default 0.8).
-	Gain, MinStep, MaxStep, Margin float64
+	// Gain, MinStep, MaxStep and MaxLatencyStep shape the steps
+	// (defaults 0.1, 0.01, 0.3 for the stale step and 0.1 for the latency
+	// step); Margin is where the stale step aims, as a fraction of the
+	// bound (default 0.8).
+	Gain, MinStep, MaxStep, MaxLatencyStep, Margin float64
 	// Hold is the number of periods ignored after p moves (default 1;
 	// -1 for none).
 	Hold int
@@ -178,6 +180,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MaxStep == 0 {
 		cfg.MaxStep = 0.3
 	}
+	if cfg.MaxLatencyStep == 0 {
+		cfg.MaxLatencyStep = 0.1
+	}
 	if cfg.Margin == 0 {
 		cfg.Margin = 0.8
 	}
@@ -208,6 +213,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if !(cfg.Gain > 0) || !(cfg.MinStep > 0) || !(cfg.MaxStep >= cfg.MinStep) || cfg.MaxStep > 1 {
 		errs = append(errs, fmt.Errorf("gain %v, steps %v to %v: want 0 < min step <= max step <= 1 and a positive gain", cfg.Gain, cfg.MinStep, cfg.MaxStep))
+	}
+	if !(cfg.MaxLatencyStep >= cfg.MinStep) || cfg.MaxLatencyStep > 1 {
+		errs = append(errs, fmt.Errorf("max latency step %v: want min step %v to 1", cfg.MaxLatencyStep, cfg.MinStep))
 	}
 	if !(cfg.Margin > 0 && cfg.Margin <= 1) {
 		errs = append(errs, fmt.Errorf("margin %v: want more than 0, at most 1", cfg.Margin))
@@ -243,8 +251,8 @@ func (c *Controller) Span() int {
 	return min(len(c.window)+1, c.cfg.Window)
 }
 
-func (c *Controller) clamp(step float64) float64 {
-	return min(max(step, c.cfg.MinStep), c.cfg.MaxStep)
+func (c *Controller) clamp(step, ceiling float64) float64 {
+	return min(max(step, c.cfg.MinStep), ceiling)
 }
 
 // Step takes one period's observation and returns the decision.
@@ -283,12 +291,12 @@ func (c *Controller) Step(o Observation) Decision {
 			infeasible = fmt.Sprintf("stale %.4f over %.4f at p = 1", d.Stale, sla.Stale)
 		}
 		target := 1 - (1-c.p)*c.cfg.Margin*sla.Stale/d.Stale
-		c.p = min(1, c.p+c.clamp(target-c.p))
+		c.p = min(1, c.p+c.clamp(target-c.p, c.cfg.MaxStep))
 	default:
 		if c.p <= 0 {
 			infeasible = fmt.Sprintf("p95 %v over %v at p = 0", o.P95, sla.Latency)
 		}
-		c.p = max(0, c.p-c.clamp(c.cfg.Gain*float64(o.P95-sla.Latency)/float64(sla.Latency)))
+		c.p = max(0, c.p-c.clamp(c.cfg.Gain*float64(o.P95-sla.Latency)/float64(sla.Latency), c.cfg.MaxLatencyStep))
 	}
 	if c.p > d.P {
 		c.window, c.hold = c.window[:0], c.cfg.Hold
