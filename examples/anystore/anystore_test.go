@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,34 +93,19 @@ func TestTicketsOnEveryStore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var (
-				mu        sync.Mutex
-				purchases []tickets.Purchase
-				wg        sync.WaitGroup
-				early     int
-			)
+			var rs []*tickets.Retailer
 			for _, b := range bs {
-				r := tickets.NewRetailer(b, event, 20)
-				wg.Go(func() {
-					for {
-						p, err := r.Purchase(ctx)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						mu.Lock()
-						purchases = append(purchases, p)
-						if p.Early {
-							early++
-						}
-						mu.Unlock()
-						if !p.Sold {
-							return
-						}
-					}
-				})
+				rs = append(rs, tickets.NewRetailer(b, event, 20))
 			}
-			wg.Wait()
+			early := 0
+			purchases, err := tickets.SellOut(ctx, rs, func(_ int, p tickets.Purchase) {
+				if p.Early {
+					early++
+				}
+			})
+			if err != nil {
+				t.Error(err)
+			}
 			left, err := tickets.Drain(ctx, bs[0], event)
 			if err != nil {
 				t.Fatal(err)

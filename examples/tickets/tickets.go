@@ -26,8 +26,10 @@ package tickets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -214,4 +216,40 @@ func Drain(ctx context.Context, b store.Binding, event string) ([]string, error)
 		}
 		left = append(left, string(r.Value))
 	}
+}
+
+// SellOut runs retailers rs concurrently, each purchasing until the event
+// is sold out, and returns every purchase (each retailer's last one is its
+// sold-out attempt). each, if set, is called with the retailer's index in
+// rs and each purchase, one call at a time. A retailer whose purchase fails
+// stops; the failures are joined.
+func SellOut(ctx context.Context, rs []*Retailer, each func(i int, p Purchase)) ([]Purchase, error) {
+	var (
+		mu   sync.Mutex
+		all  []Purchase
+		errs = make([]error, len(rs))
+		wg   sync.WaitGroup
+	)
+	for i, r := range rs {
+		wg.Go(func() {
+			for {
+				p, err := r.Purchase(ctx)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				mu.Lock()
+				all = append(all, p)
+				if each != nil {
+					each(i, p)
+				}
+				mu.Unlock()
+				if !p.Sold {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return all, errors.Join(errs...)
 }

@@ -3,7 +3,6 @@ package tickets_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,32 +15,14 @@ import (
 // event is sold out, and returns every purchase.
 func sell(t *testing.T, ctx context.Context, bs []store.Binding, event string, threshold int64) ([]tickets.Purchase, []*tickets.Retailer) {
 	t.Helper()
-	var (
-		mu  sync.Mutex
-		all []tickets.Purchase
-		wg  sync.WaitGroup
-		rs  []*tickets.Retailer
-	)
+	var rs []*tickets.Retailer
 	for _, b := range bs {
-		r := tickets.NewRetailer(b, event, threshold)
-		rs = append(rs, r)
-		wg.Go(func() {
-			for {
-				p, err := r.Purchase(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				all = append(all, p)
-				mu.Unlock()
-				if !p.Sold {
-					return
-				}
-			}
-		})
+		rs = append(rs, tickets.NewRetailer(b, event, threshold))
 	}
-	wg.Wait()
+	all, err := tickets.SellOut(ctx, rs, nil)
+	if err != nil {
+		t.Error(err)
+	}
 	return all, rs
 }
 

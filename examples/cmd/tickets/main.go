@@ -21,7 +21,6 @@ import (
 	"log"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/correctables/correctables/examples/anystore"
@@ -52,38 +51,24 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var (
-		mu  sync.Mutex
-		all []tickets.Purchase
-		wg  sync.WaitGroup
-	)
-	for i := range *retailers {
-		r := tickets.NewRetailer(b, event, *threshold)
-		wg.Go(func() {
-			for {
-				p, err := r.Purchase(ctx)
-				if err != nil {
-					log.Fatal(err)
-				}
-				mu.Lock()
-				all = append(all, p)
-				how := "final view"
-				if p.Early {
-					how = "preliminary view"
-				}
-				if p.Sold {
-					fmt.Printf("retailer %d: sold %-16s in %6.1fms on the %s (%d left)\n", i, p.Ticket, cmdutil.Ms(p.Latency), how, p.Left)
-				} else {
-					fmt.Printf("retailer %d: sold out\n", i)
-				}
-				mu.Unlock()
-				if !p.Sold {
-					return
-				}
-			}
-		})
+	rs := make([]*tickets.Retailer, *retailers)
+	for i := range rs {
+		rs[i] = tickets.NewRetailer(b, event, *threshold)
 	}
-	wg.Wait()
+	all, err := tickets.SellOut(ctx, rs, func(i int, p tickets.Purchase) {
+		how := "final view"
+		if p.Early {
+			how = "preliminary view"
+		}
+		if p.Sold {
+			fmt.Printf("retailer %d: sold %-16s in %6.1fms on the %s (%d left)\n", i, p.Ticket, cmdutil.Ms(p.Latency), how, p.Left)
+		} else {
+			fmt.Printf("retailer %d: sold out\n", i)
+		}
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	left, err := tickets.Drain(ctx, b, event)
 	if err != nil {
 		log.Fatal(err)
