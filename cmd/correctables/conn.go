@@ -130,6 +130,19 @@ func (f *connFlags) commandContext(cmd *cobra.Command) (context.Context, context
 	return context.WithTimeout(ctx, f.commandTimeout)
 }
 
+// connect dials the Client (dial) within the command's context
+// (commandContext), and returns both; done closes the client and ends the
+// context.
+func (f *connFlags) connect(cmd *cobra.Command) (ctx context.Context, c *client.Client, done func(), err error) {
+	ctx, cancel := f.commandContext(cmd)
+	c, err = f.dial(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, c, func() { c.Close(); cancel() }, nil
+}
+
 // dial builds the Client every client command uses, from the flags.
 func (f *connFlags) dial(ctx context.Context) (*client.Client, error) {
 	if err := f.validate(); err != nil {

@@ -185,13 +185,11 @@ final one, also when it is the only view asked for.
 			if quorum && sf.active() {
 				return errors.New("--session and --sla choose the views: drop --quorum")
 			}
-			ctx, cancel := cf.commandContext(cmd)
-			defer cancel()
-			c, err := cf.dial(ctx)
+			ctx, c, done, err := cf.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer done()
 			if sf.active() {
 				return sf.run(ctx, cmd, c, op, weak, strong, out.json)
 			}
@@ -412,12 +410,10 @@ func runStrong(cmd *cobra.Command, cf *connFlags, op client.Op, out outputFormat
 	if err := out.check(); err != nil {
 		return err
 	}
-	ctx, cancel := cf.commandContext(cmd)
-	defer cancel()
-	c, err := cf.dial(ctx)
+	ctx, c, done, err := cf.connect(cmd)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer done()
 	return printViews(cmd.OutOrStdout(), op, c.InvokeStrong(ctx, op), out, cf.commandTimeout)
 }

@@ -39,13 +39,11 @@ the store's limit), and says so on stderr when it may have stopped short.`,
 				prefix = args[0]
 			}
 			op := client.Scan(prefix, limit)
-			ctx, cancel := cf.commandContext(cmd)
-			defer cancel()
-			c, err := cf.dial(ctx)
+			ctx, c, done, err := cf.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer done()
 			cor := c.InvokeStrong(ctx, op)
 			if weak {
 				cor = c.InvokeWeak(ctx, op)
