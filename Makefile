@@ -12,11 +12,12 @@ build:
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
-# Longer robustness runs (5,000 simulation seeds, the mutation test over 60
-# seeds, and whatever else CORRECTABLES_LONG=1 enables); not part of CI.
+# Longer robustness runs (5,000 simulation seeds, 500 of the membership mix,
+# the mutation test over 60 seeds, and whatever else CORRECTABLES_LONG=1
+# enables); not part of CI.
 # Hours on two cores.
 test-long:
-	CORRECTABLES_LONG=1 CORRECTABLES_SIM_SEEDS=5000 $(GO) test -race -count=1 -timeout 6h $(PKGS)
+	CORRECTABLES_LONG=1 CORRECTABLES_SIM_SEEDS=5000 CORRECTABLES_SIM_MEMBER_SEEDS=500 $(GO) test -race -count=1 -timeout 6h $(PKGS)
 
 lint: fmt vet
 

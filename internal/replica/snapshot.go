@@ -305,9 +305,14 @@ func (r *Replica) installSnapshot(sc *snapshotContents, cs *raftpb.ConfState) []
 		r.addrs, r.removedIDs = sc.members.addrs, sc.members.removed
 		// A member is never a removed id; both come from one snapshot
 		// unless it was restored into a new cluster (snapshot restore)
-		// whose configuration reuses ids the old one had removed.
-		for _, id := range r.memberIDs {
-			delete(r.removedIDs, id)
+		// whose configuration reuses ids the old one had removed. A
+		// voter of the outgoing half of a joint configuration is not a
+		// member in that sense: it is the one being removed (member
+		// replace), and stays removed.
+		for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetLearnersNext()} {
+			for _, id := range ids {
+				delete(r.removedIDs, id)
+			}
 		}
 	}
 	if r.cfg.TrackHistory && len(sc.committedOps) == int(sc.count) {

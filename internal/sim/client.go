@@ -52,10 +52,10 @@ func (c *Cluster) next(cl *client) {
 		return
 	}
 	target := c.Node(cl.home)
-	if target.Rep == nil {
+	if !c.serving(target) {
 		var up []*Node
 		for _, n := range c.Nodes {
-			if n.Rep != nil {
+			if c.serving(n) {
 				up = append(up, n)
 			}
 		}
@@ -98,6 +98,20 @@ func (c *Cluster) next(cl *client) {
 			c.next(cl)
 		}
 	})
+}
+
+// serving reports whether clients may send to n: it runs, and if it
+// joined the cluster it has learnt the cluster's state (an operator gives
+// clients a new replica's address once it has joined).
+func (c *Cluster) serving(n *Node) bool {
+	if n.Rep == nil {
+		return false
+	}
+	if n.joined {
+		applied, _, _ := n.Rep.Progress()
+		return applied > 0
+	}
+	return true
 }
 
 // deliverView hands a view to its client after the client link's delay.

@@ -27,8 +27,18 @@
 // within Options.Liveness of virtual time), and convergence of all replicas
 // after the faults heal.
 //
+// With Faults.Members the cluster also changes its membership while the
+// faults run (members.go): learners are added (new nodes that start empty
+// and join) and promoted, members removed, and voters replaced through joint
+// consensus. A removed node stops for good once it applies its removal or a
+// replica that applied it refuses its messages, as a server does; a weak
+// write it acknowledged only by its preliminary view and never sent
+// anywhere may be lost with it (the rule for a replica whose disk is lost),
+// and everything else is checked as in any run.
+//
 // TestSimulation runs fixed seeds and fresh ones (logged) over five fault
-// mixes (seed mod 5); a failure prints its seed and the command that
+// mixes (seed mod 5); TestSimulationMembers runs the membership mix on a
+// few seeds of its own; a failure prints its seed and the command that
 // replays it. TestMutationAckBeforeSync shows that a driver acknowledging
 // before its writes are durable fails the checks.
 package sim

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -30,6 +31,13 @@ type Result struct {
 	MidWriteCrashes int
 	// Snapshots counts snapshots taken by the replicas.
 	Snapshots int
+	// MemberChanges counts the membership changes proposed, Removals the
+	// replicas that stopped because they were removed (Faults.Members).
+	MemberChanges, Removals int
+	// LostWithRemoved counts the writes of removed origins acknowledged
+	// only by their preliminary view that did not survive (allowed, see
+	// Cluster.relaxForRemoved).
+	LostWithRemoved int
 	// Err is the first failed check (nil if all passed).
 	Err error
 }
@@ -56,6 +64,9 @@ func (c *Cluster) Run() Result {
 	}
 	c.startClients()
 	c.scheduleFaults()
+	if c.opt.Faults.Members {
+		c.scheduleMembers()
+	}
 	if c.opt.Hook != nil {
 		c.opt.Hook(c)
 	}
@@ -77,7 +88,7 @@ func (c *Cluster) Run() Result {
 				c.HealAll()
 				for _, n := range c.Nodes {
 					n.crashAtSave = false // a crash armed for the next Save is called off
-					c.Restart(n.ID)
+					c.Restart(n.ID)       // not a removed one
 				}
 			})
 			c.healAt = c.now
@@ -98,8 +109,12 @@ func (c *Cluster) Run() Result {
 		}
 	}
 	res.Messages, res.Dropped, res.Snapshots = c.Messages, c.Dropped, c.Snapshots
+	res.MemberChanges, res.Removals = c.MemberChanges, c.Removals
 	for _, n := range c.Nodes {
 		res.Crashes += n.crashes
+		if n.retired {
+			res.Crashes-- // the stop of a removed node is not a crash
+		}
 		res.PowerLosses += n.powerLosses
 		res.MidWriteCrashes += n.midWrites
 		if n.Rep != nil {
@@ -197,7 +212,17 @@ func (c *Cluster) scheduleFaults() {
 func (c *Cluster) check(res *Result) error {
 	var states []history.ReplicaState
 	var ref *replica.Replica
+	members, removed := c.settledMembers()
 	for _, n := range c.Nodes {
+		if !slices.Contains(members, n.ID) {
+			// Removed, or added by a change that was lost: not a
+			// member, so not one the checks hold to anything.
+			if n.Rep != nil && removed[n.ID] && n.Rep.Removed() {
+				return fmt.Errorf("replica %d applied its removal but still runs", n.ID)
+			}
+			c.noteTentative(n) // a removed node not told yet
+			continue
+		}
 		if n.Rep == nil {
 			return fmt.Errorf("replica %d still down after healing", n.ID)
 		}
@@ -220,6 +245,20 @@ func (c *Cluster) check(res *Result) error {
 	if err := history.CheckConverged(states); err != nil {
 		errs = append(errs, fmt.Errorf("convergence: %w", err))
 	}
+	// Every member agrees on the membership: the members and the ids
+	// removed for good (a replica that forgot a removed id would accept
+	// it again).
+	for _, n := range c.Nodes {
+		if n.Rep == nil || !slices.Contains(members, n.ID) {
+			continue
+		}
+		if got, want := n.Rep.RemovedIDs(), ref.RemovedIDs(); !slices.Equal(got, want) {
+			errs = append(errs, fmt.Errorf("membership: replica %d has removed ids %v, replica %d %v", n.ID, got, ref.ID(), want))
+		}
+		if got, want := memberIDsOf(n.Rep.Members()), memberIDsOf(ref.Members()); !slices.Equal(got, want) {
+			errs = append(errs, fmt.Errorf("membership: replica %d has members %v, replica %d %v", n.ID, got, ref.ID(), want))
+		}
+	}
 	if len(ref.Tentative()) != 0 {
 		errs = append(errs, fmt.Errorf("convergence: %d operations still tentative after %v quiet", len(ref.Tentative()), c.opt.Quiet))
 	}
@@ -231,9 +270,14 @@ func (c *Cluster) check(res *Result) error {
 	if err := history.CheckFinalOnce(res.Records); err != nil {
 		errs = append(errs, fmt.Errorf("final once: %w", err))
 	}
-	if err := history.CheckDurable(res.Records, res.Committed); err != nil {
+	durable, relaxed := c.relaxForRemoved(res.Records, res.Committed, removed)
+	res.LostWithRemoved, c.lostWithRemoved = relaxed, relaxed
+	if err := history.CheckDurable(durable, res.Committed); err != nil {
 		errs = append(errs, fmt.Errorf("durability: %w", err))
 	}
+	// The weak views of a removed node may include its operations that
+	// were lost with it.
+	submitted = append(submitted, c.lostWith(res.Committed)...)
 	if err := history.CheckWeakViews(res.Records, submitted, res.Committed); err != nil {
 		errs = append(errs, fmt.Errorf("weak views: %w", err))
 	}

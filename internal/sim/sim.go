@@ -40,6 +40,10 @@ type Faults struct {
 	MidWriteCrashes bool
 	// Skew is the largest clock offset of a replica from true time.
 	Skew time.Duration
+	// Members enables membership changes (members.go): learners added
+	// and promoted, members removed, voters replaced through joint
+	// consensus, at least three voters kept.
+	Members bool
 }
 
 // Options configures a run. Zero fields get defaults.
@@ -170,6 +174,18 @@ type Node struct {
 	// crashAtSave: the node dies at its next Save (Faults.MidWriteCrashes).
 	crashAtSave bool
 	midWrites   int
+
+	// joined: the node was added by a membership change and started
+	// empty with Join; peers are the ids it was started with (default:
+	// the initial replicas).
+	joined bool
+	peers  []uint64
+	// retired: the node was removed from the cluster and stopped for
+	// good. removedKnown are the ids its replica knows as removed, as of
+	// memberGen.
+	retired      bool
+	removedKnown map[uint64]bool
+	memberGen    uint64
 }
 
 // errMidWrite is what a node's storage returns when the node dies inside a
@@ -223,6 +239,14 @@ type Cluster struct {
 
 	// Counters for reports.
 	Messages, Dropped, Snapshots int
+	// MemberChanges counts the membership changes proposed, Removals the
+	// nodes that stopped because they were removed.
+	MemberChanges, Removals int
+	// tentativeSeen holds the operations nodes held tentatively when they
+	// went down (Faults.Members; see noteTentative).
+	tentativeSeen map[history.OpID]history.Submitted
+	// lostWithRemoved is Result.LostWithRemoved.
+	lostWithRemoved int
 }
 
 const epoch = int64(1_700_000_000) * int64(time.Second) // virtual time 0
@@ -296,9 +320,14 @@ func (c *Cluster) start(n *Node) error {
 		st.Close()
 		return fmt.Errorf("sim: replica %d: reading own operations: %w", n.ID, err)
 	}
+	peers := n.peers
+	if peers == nil {
+		peers = c.ids
+	}
 	rep, err := replica.New(replica.Config{
 		ID:      n.ID,
-		Peers:   c.ids,
+		Peers:   peers,
+		Join:    n.joined,
 		Storage: st,
 		OwnOps:  own,
 		Clock:   func() int64 { return epoch + c.now + n.skew },
@@ -310,6 +339,9 @@ func (c *Cluster) start(n *Node) error {
 	if err != nil {
 		st.Close()
 		return fmt.Errorf("sim: start replica %d: %w", n.ID, err)
+	}
+	if n.peers == nil {
+		n.peers = slices.Clone(c.ids)
 	}
 	drv, err := driver.New(driver.Config{
 		Replica: rep, Storage: crashingStore{st, n}, Send: c.send,
@@ -383,6 +415,7 @@ func (c *Cluster) pump(n *Node) {
 	if err := n.Rep.CheckInvariants(); err != nil {
 		c.fail(err)
 	}
+	c.observeMembers(n)
 }
 
 // kick has the node's Ready handled after an input: at once, or with
@@ -444,6 +477,16 @@ func (c *Cluster) send(m replica.Message) {
 				c.Dropped++
 				return
 			}
+			if dst.removedKnown[m.From] {
+				// A replica that applied the sender's removal refuses
+				// its messages (the server refuses its stream), and
+				// the sender stops.
+				c.Dropped++
+				if src := c.Node(m.From); src.Rep != nil {
+					c.retire(src)
+				}
+				return
+			}
 			msg, err := replica.DecodeMessage(wire)
 			if err != nil {
 				c.fail(err)
@@ -496,6 +539,7 @@ func (c *Cluster) Crash(id uint64) {
 		return
 	}
 	c.lastFault = c.now
+	c.noteTentative(n)
 	keep := 100
 	if c.opt.noSync || c.rng.IntN(2) == 0 {
 		keep = 0
@@ -513,11 +557,16 @@ func (c *Cluster) Crash(id uint64) {
 // Restart brings a crashed node back from its filesystem.
 func (c *Cluster) Restart(id uint64) {
 	n := c.Node(id)
-	if n.Rep != nil {
+	if n.Rep != nil || n.retired {
 		return
 	}
 	c.lastFault = c.now
-	if err := c.start(n); err != nil {
+	if err := c.start(n); errors.Is(err, replica.ErrRemoved) {
+		// Its log holds its removal: it refuses to start, for good.
+		n.retired = true
+		n.crashes++ // as retire counts it
+		c.Removals++
+	} else if err != nil {
 		c.fail(err)
 	}
 }
@@ -535,7 +584,7 @@ func (c *Cluster) Leader() uint64 {
 func (c *Cluster) down() int {
 	k := 0
 	for _, n := range c.Nodes {
-		if n.Rep == nil {
+		if n.Rep == nil && !n.retired {
 			k++
 		}
 	}
