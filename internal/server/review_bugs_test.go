@@ -63,14 +63,7 @@ func (f *failingStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *
 func TestReviewBugFailStopAnswersUnavailable(t *testing.T) {
 	addr := freeAddr(t)
 	st := &failingStorage{memStorage: memStorage{MemoryStorage: raft.NewMemoryStorage()}}
-	s, err := New(Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: st, Logger: reviewQuiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	startServers(t, Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: st, Logger: reviewQuiet()})
 	c := dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -83,7 +76,7 @@ func TestReviewBugFailStopAnswersUnavailable(t *testing.T) {
 	// Later ones should be refused, not hang.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel2()
-	_, err = invoke(ctx2, c, &api.InvokeRequest{Op: put("k", "v3"), Preliminary: true})
+	_, err := invoke(ctx2, c, &api.InvokeRequest{Op: put("k", "v3"), Preliminary: true})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("invoke at a fail-stopped replica: %v, want Unavailable", err)
 	}

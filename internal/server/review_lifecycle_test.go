@@ -119,14 +119,7 @@ func TestReviewStopWithRequestsInFlightAndDeadPeers(t *testing.T) {
 // leave room for more.
 func TestReviewCancelledStreamsFreeInflight(t *testing.T) {
 	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}
-	s, err := New(Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet(), MaxInflight: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s := startServers(t, Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet(), MaxInflight: 4})[0]
 	c := dial(t, peers[1])
 	// The server learns of a cancellation when the client's RST_STREAM
 	// arrives and the handler's context ends, some time after cancel

@@ -229,18 +229,11 @@ func TestSnapshotCatchUp(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	addr := freeAddr(t)
-	s, err := New(Config{
+	startServers(t, Config{
 		ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr,
 		Storage: &memStorage{MemoryStorage: raft.NewMemoryStorage()},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: NewMetrics(reg, "1"),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := dial(t, addr)

@@ -263,15 +263,8 @@ func TestTLSCluster(t *testing.T) {
 func TestTLSRequireClientCert(t *testing.T) {
 	tc := makeCerts(t, 1)
 	addr := freeAddr(t)
-	s, err := New(Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: reviewMem(), Logger: reviewQuiet(),
+	startServers(t, Config{ID: 1, Peers: map[uint64]string{1: addr}, ClientAddr: addr, Storage: reviewMem(), Logger: reviewQuiet(),
 		TLS: serverTLS(t, tc.dir, 1, true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
