@@ -32,7 +32,12 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Store is the client-facing service of a replica.
+// Store is the client-facing service of a replica. Every reply carries the
+// id of the replica's cluster in its response header (metadata key
+// "correctables-cluster-id", 16 hexadecimal digits; absent while a joining
+// replica has not learnt it); a request whose metadata carries another
+// cluster's id under that key is refused with FailedPrecondition before it
+// runs.
 type StoreClient interface {
 	// Invoke runs one operation and streams its views: the preliminary view
 	// at once (if asked for), then the final view, which is a small
@@ -107,7 +112,12 @@ type Store_BackupClient = grpc.ServerStreamingClient[BackupChunk]
 // All implementations must embed UnimplementedStoreServer
 // for forward compatibility.
 //
-// Store is the client-facing service of a replica.
+// Store is the client-facing service of a replica. Every reply carries the
+// id of the replica's cluster in its response header (metadata key
+// "correctables-cluster-id", 16 hexadecimal digits; absent while a joining
+// replica has not learnt it); a request whose metadata carries another
+// cluster's id under that key is refused with FailedPrecondition before it
+// runs.
 type StoreServer interface {
 	// Invoke runs one operation and streams its views: the preliminary view
 	// at once (if asked for), then the final view, which is a small
@@ -235,7 +245,10 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Peer is the replica-to-replica service.
+// Peer is the replica-to-replica service. A stream's metadata carries the
+// sender's cluster id ("correctables-cluster-id") and replica id
+// ("correctables-replica-id"); a replica of another cluster refuses the
+// stream with FailedPrecondition and steps none of its messages.
 type PeerClient interface {
 	// Stream carries messages from one replica to another. The sender opens
 	// one stream per peer and keeps it open.
@@ -267,7 +280,10 @@ type Peer_StreamClient = grpc.ClientStreamingClient[PeerEnvelope, PeerAck]
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
 //
-// Peer is the replica-to-replica service.
+// Peer is the replica-to-replica service. A stream's metadata carries the
+// sender's cluster id ("correctables-cluster-id") and replica id
+// ("correctables-replica-id"); a replica of another cluster refuses the
+// stream with FailedPrecondition and steps none of its messages.
 type PeerServer interface {
 	// Stream carries messages from one replica to another. The sender opens
 	// one stream per peer and keeps it open.

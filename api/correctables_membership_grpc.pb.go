@@ -35,7 +35,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Cluster is served by every replica, on the client port.
+// Cluster is served by every replica, on the client port. Its replies carry
+// the cluster id in their header, as Store's do.
 type ClusterClient interface {
 	// MemberList returns the members as the answering replica has applied
 	// them.
@@ -120,7 +121,8 @@ func (c *clusterClient) MemberReplace(ctx context.Context, in *MemberReplaceRequ
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
 //
-// Cluster is served by every replica, on the client port.
+// Cluster is served by every replica, on the client port. Its replies carry
+// the cluster id in their header, as Store's do.
 type ClusterServer interface {
 	// MemberList returns the members as the answering replica has applied
 	// them.

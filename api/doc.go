@@ -7,4 +7,10 @@
 // one stream of views, preliminary first, then final; a final view equal to
 // the preliminary one comes as a confirmation without a result (Correctables
 // §5.2). Peer carries raft and gossip messages between replicas.
+//
+// Every reply of Store and Cluster carries the id of the replica's cluster
+// in its response header, and every Peer stream the sender's, under the
+// metadata key ClusterIDMetadata; a replica refuses a request or a stream
+// that names another cluster with FailedPrecondition (see
+// ClusterIDMetadata).
 package api

@@ -234,12 +234,13 @@ func TestCLIAgainstCluster(t *testing.T) {
 			t.Fatalf("status: %q, want a header and three rows", out)
 		}
 		leaders := 0
+		cluster := api.FormatClusterID(c.Servers[0].ClusterID())
 		for _, l := range lines[1:] {
 			f := strings.Fields(l)
-			if len(f) != 8 || f[7] != "ok" || (f[2] != "leader" && f[2] != "follower") {
-				t.Errorf("status row %q", l)
+			if len(f) != 9 || f[8] != "ok" || f[2] != cluster || (f[3] != "leader" && f[3] != "follower") {
+				t.Errorf("status row %q (cluster %s)", l, cluster)
 			}
-			if f[2] == "leader" {
+			if f[3] == "leader" {
 				leaders++
 			}
 		}
@@ -248,7 +249,7 @@ func TestCLIAgainstCluster(t *testing.T) {
 		}
 		out = must(t, nil, "status", "--json")
 		var row statusRow
-		if err := json.Unmarshal([]byte(strings.Split(out, "\n")[0]), &row); err != nil || row.ID == 0 || row.AppliedIndex == 0 || row.Committed == 0 {
+		if err := json.Unmarshal([]byte(strings.Split(out, "\n")[0]), &row); err != nil || row.ID == 0 || row.AppliedIndex == 0 || row.Committed == 0 || row.ClusterID != cluster {
 			t.Errorf("status --json: %q, %v", out, err)
 		}
 	})

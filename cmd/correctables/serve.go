@@ -38,6 +38,8 @@ type serveConfig struct {
 	// Transport security (serve_tls.go): certs_dir, cacert, cert, key,
 	// client_cacert, client_cert_auth, insecure.
 	tlsSettings
+	// The cluster id (serve_cluster.go): cluster_token, initial_cluster.
+	clusterSettings
 }
 
 func parsePeers(s string) (map[string]string, error) {
@@ -119,6 +121,7 @@ The same settings can come from a JSON file (--config), e.g.
 				fc.Join = cfg.Join
 			}
 			fc.tlsSettings = fc.tlsSettings.merge(fl, cfg.tlsSettings)
+			fc.clusterSettings = fc.clusterSettings.merge(fl, cfg.clusterSettings)
 			if fl.Changed("peers") || fc.Peers == nil {
 				m, err := parsePeers(peers)
 				if err != nil {
@@ -130,7 +133,7 @@ The same settings can come from a JSON file (--config), e.g.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&file, "config", "", "JSON file with id, listen, data, peers, metrics, tick, join")
+	f.StringVar(&file, "config", "", "JSON file with id, listen, data, peers, metrics, tick, join, cluster_token, initial_cluster and the TLS settings")
 	f.Uint64Var(&cfg.ID, "id", 0, "this replica's id (1..n), required")
 	f.StringVar(&peers, "peers", "", "every replica as ID=HOST:PORT, comma-separated, required")
 	f.StringVar(&cfg.Listen, "listen", "", "address to serve clients and peers on (default: this replica's --peers address)")
@@ -139,6 +142,7 @@ The same settings can come from a JSON file (--config), e.g.
 	f.StringVar(&cfg.Tick, "tick", "10ms", "replica tick (raft heartbeat is 3 ticks, election timeout 30-60 ticks)")
 	f.BoolVar(&cfg.Join, "join", false, "join a running cluster that added this replica (member add): with an empty --data, learn the members and the data from its leader; --peers names this replica and replicas of the cluster")
 	cfg.tlsSettings.register(f)
+	cfg.clusterSettings.register(f)
 	return cmd
 }
 
@@ -178,6 +182,10 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 	if err != nil || tick <= 0 {
 		return fmt.Errorf("--tick %q: want a positive duration such as 10ms", fc.Tick)
 	}
+	initial, err := fc.clusterSettings.initialCluster()
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	st, err := storage.Open(storage.Options{Dir: fc.Data, Logger: log})
 	if err != nil {
@@ -188,6 +196,7 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 		ID: fc.ID, Peers: peers, ClientAddr: fc.Listen, PeerAddr: fc.Listen, Storage: st, Tick: tick,
 		Logger: log, Metrics: server.NewMetrics(reg, strconv.FormatUint(fc.ID, 10)),
 		TLS: tlsCfg, Insecure: fc.Insecure, Join: fc.Join,
+		ClusterToken: fc.ClusterToken, InitialCluster: initial,
 	})
 	if err != nil {
 		st.Close()

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/correctables/correctables/api"
 )
@@ -23,7 +27,10 @@ type statusRow struct {
 	CommitIndex  uint64 `json:"commit_index,omitempty"`
 	Committed    uint64 `json:"committed_ops"`
 	Tentative    uint64 `json:"tentative_ops"`
-	Health       string `json:"health"`
+	// ClusterID is the id of the replica's cluster, from the reply's
+	// header (empty from a replica that sends none).
+	ClusterID string `json:"cluster_id,omitempty"`
+	Health    string `json:"health"`
 }
 
 // catchingUpLag is how far behind its commit index a replica's applied
@@ -34,13 +41,14 @@ func newStatusCmd(cf *connFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "One row per replica: id, role, term, applied index, committed and tentative operations, health",
+		Short: "One row per replica: id, cluster id, role, term, applied index, committed and tentative operations, health",
 		Long: `status asks every replica of --endpoints for its Status and prints one row
-each: its id, its role (leader or follower, "no leader" while it knows of
-none), its raft term, applied index, the operations committed and tentative
-at it, and its health: ok, catching up (applied more than 1000 entries
+each: its id, the id of its cluster, its role (leader or follower, "no
+leader" while it knows of none), its raft term, applied index, the
+operations committed and tentative at it, and its health: ok, catching up (applied more than 1000 entries
 behind the commit index it knows), or unreachable with the cause. It exits
-non-zero if a replica is unreachable.`,
+non-zero if a replica is unreachable, or if the replicas belong to different
+clusters (another cluster's replica uses the address of one of them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			eps, err := cf.resolve()
@@ -69,13 +77,13 @@ non-zero if a replica is unreachable.`,
 				}
 			} else {
 				tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tENDPOINT\tROLE\tTERM\tAPPLIED\tCOMMITTED\tTENTATIVE\tHEALTH")
+				fmt.Fprintln(tw, "ID\tENDPOINT\tCLUSTER\tROLE\tTERM\tAPPLIED\tCOMMITTED\tTENTATIVE\tHEALTH")
 				for _, r := range rows {
 					if r.ID == 0 {
-						fmt.Fprintf(tw, "-\t%s\t-\t-\t-\t-\t-\t%s\n", r.Endpoint, r.Health)
+						fmt.Fprintf(tw, "-\t%s\t-\t-\t-\t-\t-\t-\t%s\n", r.Endpoint, r.Health)
 						continue
 					}
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.ID, r.Endpoint, r.Role, r.Term, r.AppliedIndex, r.Committed, r.Tentative, r.Health)
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.ID, r.Endpoint, cmp.Or(r.ClusterID, "-"), r.Role, r.Term, r.AppliedIndex, r.Committed, r.Tentative, r.Health)
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -84,7 +92,7 @@ non-zero if a replica is unreachable.`,
 			if down > 0 {
 				return fmt.Errorf("client: %d of %d replicas unreachable", down, len(rows))
 			}
-			return nil
+			return mixedClusters(rows)
 		},
 	}
 	cf.registerData(cmd)
@@ -103,12 +111,16 @@ func replicaStatus(ctx context.Context, cf *connFlags, ep string) statusRow {
 	defer cc.Close()
 	sctx, cancel := context.WithTimeout(ctx, cf.dialTimeout)
 	defer cancel()
-	st, err := api.NewStoreClient(cc).Status(sctx, &api.StatusRequest{})
+	var hdr metadata.MD
+	st, err := api.NewStoreClient(cc).Status(sctx, &api.StatusRequest{}, grpc.Header(&hdr))
 	if err != nil {
 		row.Health = "unreachable: " + rpcCause(err)
 		return row
 	}
 	row.ID, row.Leader, row.Term = st.GetId(), st.GetLeader(), st.GetTerm()
+	if id, err := api.ClusterIDFromMetadata(hdr.Get(api.ClusterIDMetadata)); err == nil && id != 0 {
+		row.ClusterID = api.FormatClusterID(id)
+	}
 	row.AppliedIndex, row.CommitIndex = st.GetAppliedIndex(), st.GetCommitIndex()
 	row.Committed, row.Tentative = st.GetCommittedOps(), st.GetTentativeOps()
 	switch {
@@ -124,4 +136,28 @@ func replicaStatus(ctx context.Context, cf *connFlags, ep string) statusRow {
 		row.Health = fmt.Sprintf("catching up (%d entries behind)", row.CommitIndex-row.AppliedIndex)
 	}
 	return row
+}
+
+// mixedClusters fails when the replicas that answered belong to different
+// clusters: an endpoint's address is used by another cluster's replica.
+func mixedClusters(rows []statusRow) error {
+	byID := map[string][]string{}
+	var ids []string
+	for _, r := range rows {
+		if r.ClusterID == "" {
+			continue
+		}
+		if byID[r.ClusterID] == nil {
+			ids = append(ids, r.ClusterID)
+		}
+		byID[r.ClusterID] = append(byID[r.ClusterID], r.Endpoint)
+	}
+	if len(ids) < 2 {
+		return nil
+	}
+	var parts []string
+	for _, id := range ids {
+		parts = append(parts, fmt.Sprintf("cluster %s at %s", id, strings.Join(byID[id], ", ")))
+	}
+	return fmt.Errorf("client: the endpoints belong to different clusters (another cluster's replica uses an address of this one): %s", strings.Join(parts, "; "))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/cluster"
 	"github.com/correctables/correctables/internal/server"
 )
@@ -28,6 +29,7 @@ func newUpCmd() *cobra.Command {
 		replicas, basePort     int
 		verbose                bool
 		sec                    tlsSettings
+		token                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -71,7 +73,7 @@ or pileus-2013 (England, US-West, India; client region China).`,
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			c, err := cluster.Start(cluster.Options{
 				Dir: dir, Replicas: replicas, Host: host, BasePort: basePort, WAN: wan, ClientRegion: region, Logger: log,
-				TLS: tlsFor, Insecure: sec.Insecure,
+				TLS: tlsFor, Insecure: sec.Insecure, ClusterToken: token,
 			})
 			if err != nil {
 				return err
@@ -93,7 +95,7 @@ or pileus-2013 (England, US-West, India; client region China).`,
 				c.Stop()
 				return err
 			}
-			fmt.Fprintf(out, "correctables: %d replicas up, replica %d leads, data in %s\n", replicas, lead, dir)
+			fmt.Fprintf(out, "correctables: %d replicas up, replica %d leads, cluster %s, data in %s\n", replicas, lead, api.FormatClusterID(c.Servers[0].ClusterID()), dir)
 			for i, ep := range c.Endpoints {
 				where := ""
 				if len(c.Regions) > 0 {
@@ -133,6 +135,7 @@ or pileus-2013 (England, US-West, India; client region China).`,
 	f.StringVar(&wan, "wan", "", "emulate a WAN from a preset: ec2-2016 or pileus-2013")
 	f.StringVar(&region, "client-region", "", "region the printed endpoints are seen from (with --wan)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log replica events")
+	f.StringVar(&token, "cluster-token", "", "a token that goes into the cluster id (see serve --cluster-token)")
 	sec.register(f)
 	return cmd
 }

@@ -37,8 +37,12 @@ type proc struct {
 	addr  string // clients and peers connect here
 	dir   string // data directory
 	peers string // the --peers flag: this process's view of the others
-	log   string // stderr of every incarnation, appended
-	join  bool   // serve --join: added to a running cluster (member add)
+	// initial is the --initial-cluster flag: the founders at their own
+	// addresses, which the cluster id is computed from (peers may name
+	// proxies); empty for a replica that joins.
+	initial string
+	log     string // stderr of every incarnation, appended
+	join    bool   // serve --join: added to a running cluster (member add)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -74,6 +78,9 @@ func (p *proc) start() error {
 	args := []string{"serve", "--id", fmt.Sprint(p.id), "--listen", p.addr, "--data", p.dir, "--peers", p.peers, "--tick", tick}
 	if p.join {
 		args = append(args, "--join")
+	}
+	if p.initial != "" {
+		args = append(args, "--initial-cluster", p.initial)
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = out, logf
@@ -180,6 +187,10 @@ func newCluster(t *testing.T, addrs []string, peerAddr func(from, to int) string
 		t.Logf("keeping data and logs in %s", dir)
 	}
 	c := &cluster{t: t}
+	var founders []string
+	for j, a := range addrs {
+		founders = append(founders, fmt.Sprintf("%d=%s", j+1, a))
+	}
 	for i, addr := range addrs {
 		var peers []string
 		for j := range addrs {
@@ -190,11 +201,12 @@ func newCluster(t *testing.T, addrs []string, peerAddr func(from, to int) string
 			peers = append(peers, fmt.Sprintf("%d=%s", j+1, a))
 		}
 		c.procs = append(c.procs, &proc{
-			id:    uint64(i + 1),
-			addr:  addr,
-			dir:   filepath.Join(dir, fmt.Sprintf("r%d", i+1)),
-			peers: strings.Join(peers, ","),
-			log:   filepath.Join(dir, fmt.Sprintf("r%d.log", i+1)),
+			id:      uint64(i + 1),
+			addr:    addr,
+			dir:     filepath.Join(dir, fmt.Sprintf("r%d", i+1)),
+			peers:   strings.Join(peers, ","),
+			initial: strings.Join(founders, ","),
+			log:     filepath.Join(dir, fmt.Sprintf("r%d.log", i+1)),
 		})
 	}
 	t.Cleanup(func() {
