@@ -61,7 +61,9 @@ func TestCertAndTLSFlags(t *testing.T) {
 	}
 	eps := strings.Join(c.Endpoints, ",")
 	ca := filepath.Join(certsDir, "ca.crt")
-	mtls := []string{"--endpoints", eps, "--cacert", ca,
+	// A long dial timeout: TLS handshakes under -race on a loaded machine
+	// took longer than the default 5 s.
+	mtls := []string{"--endpoints", eps, "--cacert", ca, "--dial-timeout", "60s",
 		"--cert", filepath.Join(certsDir, "client.root.crt"), "--key", filepath.Join(certsDir, "client.root.key")}
 
 	out, err := runTLSCLI(t, append(mtls, "invoke", "--strong", "put", "k", "over-tls")...)

@@ -109,7 +109,9 @@ func TestTLSCluster(t *testing.T) {
 	t.Run("client mTLS", func(t *testing.T) {
 		crt, key := certs.ClientFiles("alice")
 		creds := clientTLS(t, tc.dir, crt, key)
-		c1, err := client.Dial(ctx, []string{peers[1]}, client.WithTransportCredentials(creds))
+		// A long dial timeout: TLS handshakes under -race on a loaded
+		// machine took longer than the default.
+		c1, err := client.Dial(ctx, []string{peers[1]}, client.WithTransportCredentials(creds), client.WithDialTimeout(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +128,7 @@ func TestTLSCluster(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		c3, err := client.Dial(ctx, []string{peers[3]}, client.WithTransportCredentials(creds))
+		c3, err := client.Dial(ctx, []string{peers[3]}, client.WithTransportCredentials(creds), client.WithDialTimeout(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
