@@ -211,7 +211,7 @@ last distribution (check it with 'correctables check gamma').`,
 	fl.Float64Var(&f.slaStale, "sla-stale", 0, "the SLA's stale fraction bound (0: derived from figure 2)")
 	fl.Float64Var(&f.ctlP, "ctl-p", 0.5, "the controller's starting p")
 	fl.IntVar(&f.ctlWindow, "ctl-window", 3, "periods the controller's latency and staleness measures span")
-	fl.Float64Var(&f.ctlMaxStep, "ctl-max-step", 0.3, "the largest change of p in one period")
+	fl.Float64Var(&f.ctlMaxStep, "ctl-max-step", 0.3, "the largest rise of p in one period (the stale step's ceiling; a latency step is at most 0.1)")
 	fl.DurationVar(&f.settle, "settle", time.Second, "the running Γ estimate scores a value this long after its write")
 	fl.DurationVar(&f.threshold, "threshold", 0, "Γ scores at or under this do not count (clock error; one clock here)")
 	fl.IntVar(&f.valueSize, "value-size", 128, "value size in bytes")
