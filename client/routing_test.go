@@ -93,7 +93,10 @@ func TestFailover(t *testing.T) {
 // the replica may have executed.
 func TestFailoverSafety(t *testing.T) {
 	near := &fakeStore{id: 1, fail: errUnavailable}
-	far := &fakeStore{id: 2, prelim: resB, delay: 20 * time.Millisecond}
+	// Far by 300 ms, so that the probes rank it second even when a loaded
+	// machine delays the near one's answers (with 20 ms the test failed
+	// once at load 30).
+	far := &fakeStore{id: 2, prelim: resB, delay: 300 * time.Millisecond}
 	nearAddr, _ := serve(t, near)
 	farAddr, _ := serve(t, far)
 	c := dial(t, []string{nearAddr, farAddr})
