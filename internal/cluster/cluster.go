@@ -109,19 +109,38 @@ func Start(opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: opts}
 	n := opts.Replicas
-	// The real listen addresses.
+	// The real listen addresses. Free ports are picked by listening on
+	// port 0, and the listeners are handed to the servers as they are:
+	// closing them and listening again would let another process on the
+	// machine take a port in between (seen in CI as "address already in
+	// use").
 	listen := make([]string, n)
+	lns := make([]net.Listener, n)
+	closeUnused := func() {
+		for i, l := range lns {
+			if l != nil && i >= len(c.Servers) {
+				l.Close()
+			}
+		}
+	}
 	for i := range n {
 		if opts.BasePort > 0 {
 			listen[i] = net.JoinHostPort(opts.Host, strconv.Itoa(opts.BasePort+i+1))
-		} else {
-			addr, err := freeAddr(opts.Host)
-			if err != nil {
-				return nil, err
-			}
-			listen[i] = addr
+			continue
 		}
+		l, err := net.Listen("tcp", net.JoinHostPort(opts.Host, "0"))
+		if err != nil {
+			closeUnused()
+			return nil, fmt.Errorf("cluster: finding a free port: %w", err)
+		}
+		lns[i], listen[i] = l, l.Addr().String()
 	}
+	started := false
+	defer func() {
+		if !started {
+			closeUnused()
+		}
+	}()
 	// Who dials what: with a WAN, replica i reaches replica j through the
 	// proxy for (region i -> j), and clients through (client region -> j).
 	peersOf := func(int) map[uint64]string {
@@ -228,7 +247,7 @@ func Start(opts Options) (*Cluster, error) {
 			}
 		}
 		s, err := server.New(server.Config{
-			ID: id, Peers: peersOf(i), ClientAddr: listen[i], PeerAddr: listen[i], Storage: st,
+			ID: id, Peers: peersOf(i), ClientAddr: listen[i], PeerAddr: listen[i], ClientListener: lns[i], Storage: st,
 			Tick: opts.Tick, ElectionTicks: opts.ElectionTicks, Logger: opts.Logger,
 			TLS: tlsCfg, Insecure: opts.Insecure,
 			InitialCluster: founders, ClusterToken: opts.ClusterToken,
@@ -245,6 +264,7 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		c.Servers = append(c.Servers, s)
 	}
+	started = true
 	return c, nil
 }
 
@@ -345,15 +365,6 @@ func contains(s []string, x string) bool {
 		}
 	}
 	return false
-}
-
-func freeAddr(host string) (string, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return "", fmt.Errorf("cluster: finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // WaitLeader waits until every replica knows the same leader and returns it.

@@ -33,6 +33,12 @@ type Config struct {
 	// for peers ("127.0.0.1:0" picks a port). They may be the same address:
 	// both services are then served on one listener.
 	ClientAddr, PeerAddr string
+	// ClientListener, if set, is the listener for ClientAddr, opened by the
+	// caller (who closes it only if Start fails; Stop closes it otherwise).
+	// A caller that must know every replica's address before starting any
+	// keeps the ports it picked this way instead of closing them and
+	// listening again, when another process could take them in between.
+	ClientListener net.Listener
 	// Storage is the durable storage; the Server closes it on Stop.
 	Storage Storage
 	// Tick is the period of the replica's logical clock. Default 10ms.
@@ -101,6 +107,9 @@ func (c *Config) validate() error {
 	}
 	if c.ClientAddr == "" {
 		return errors.New("server: config: ClientAddr is required")
+	}
+	if c.ClientListener != nil && c.ClientListener.Addr().String() != c.ClientAddr {
+		return fmt.Errorf("server: config: ClientListener listens on %s, not on ClientAddr %s", c.ClientListener.Addr(), c.ClientAddr)
 	}
 	if c.PeerAddr == "" {
 		c.PeerAddr = c.Peers[c.ID]
@@ -257,7 +266,9 @@ func New(cfg Config) (*Server, error) {
 // Start listens and serves; it returns once the listeners are open.
 func (s *Server) Start() error {
 	var err error
-	if s.lisClient, err = net.Listen("tcp", s.cfg.ClientAddr); err != nil {
+	if s.cfg.ClientListener != nil {
+		s.lisClient = s.cfg.ClientListener
+	} else if s.lisClient, err = net.Listen("tcp", s.cfg.ClientAddr); err != nil {
 		return fmt.Errorf("server: listen for clients: %w", err)
 	}
 	// The shared listener also carries peer messages (up to
