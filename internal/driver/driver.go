@@ -28,9 +28,20 @@ type Storage interface {
 	Close() error
 }
 
+// Replica is what the driver needs of a replica: *replica.Replica's
+// Ready/Advance interface, in the manner of etcd raft's RawNode.
+type Replica interface {
+	HasReady() bool
+	Ready() (replica.Ready, error)
+	Advance(replica.Ready)
+}
+
+// DefaultMaxReadies is Config.MaxReadies's default.
+const DefaultMaxReadies = 1024
+
 // Config configures a Driver.
 type Config struct {
-	Replica *replica.Replica
+	Replica Replica
 	Storage Storage
 	// Send hands a message to the transport. It must not block: a full
 	// queue drops (raft retransmits, anti-entropy repairs gossip).
@@ -46,6 +57,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Observe, if set, is told what each round did (for metrics).
 	Observe func(Round)
+	// MaxReadies bounds the Ready values one HandleReady call handles
+	// before it returns to its caller, so that a replica which keeps
+	// reporting a Ready (a bug: HasReady true with nothing to do) cannot
+	// keep its owner's loop from its ticks, requests and Stop. A normal
+	// round needs a handful. Default DefaultMaxReadies.
+	MaxReadies int
 }
 
 // Round is what one HandleReady call did.
@@ -58,12 +75,14 @@ type Round struct {
 	Views    int           // views delivered
 	Save     time.Duration // time spent in Save (fsync included)
 	Snapshot bool          // a snapshot was stored
+	Capped   bool          // MaxReadies was reached with a Ready still reported
 }
 
 // Driver handles a replica's Ready. Not safe for concurrent use: the owner
 // of the replica calls it.
 type Driver struct {
-	cfg Config
+	cfg    Config
+	capped bool // the MaxReadies warning was logged
 }
 
 // New returns a driver.
@@ -74,16 +93,38 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxReadies < 0 {
+		return nil, fmt.Errorf("driver: MaxReadies %d is negative", cfg.MaxReadies)
+	}
+	if cfg.MaxReadies == 0 {
+		cfg.MaxReadies = DefaultMaxReadies
+	}
 	return &Driver{cfg: cfg}, nil
 }
 
-// HandleReady handles every Ready the replica has: persist, then snapshot
-// and compact, then send, then deliver, then advance. An error means the
-// storage failed or an invariant broke; the replica must stop (fail-stop).
+// HandleReady handles every Ready the replica has, at most MaxReadies of
+// them: persist, then snapshot and compact, then send, then deliver, then
+// advance. An error means the storage failed or an invariant broke; the
+// replica must stop (fail-stop).
 func (d *Driver) HandleReady() error {
 	var round Round
 	rep := d.cfg.Replica
+	defer func() {
+		if d.cfg.Observe != nil && round.Readies > 0 {
+			d.cfg.Observe(round)
+		}
+	}()
 	for rep.HasReady() {
+		if round.Readies == d.cfg.MaxReadies {
+			// Yield to the owner's loop; what is left is handled next call.
+			round.Capped = true
+			if !d.capped {
+				d.capped = true
+				d.cfg.Logger.Warn("driver: replica still reports a Ready after the round's limit; returning to the loop",
+					"readies", round.Readies, "messages", round.Messages, "views", round.Views, "saves", round.Saves)
+			}
+			return nil
+		}
 		rd, err := rep.Ready()
 		if err != nil {
 			return err
@@ -126,9 +167,6 @@ func (d *Driver) HandleReady() error {
 		}
 		round.Views += len(rd.Views)
 		rep.Advance(rd)
-	}
-	if d.cfg.Observe != nil && round.Readies > 0 {
-		d.cfg.Observe(round)
 	}
 	return nil
 }

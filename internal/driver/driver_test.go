@@ -1,8 +1,10 @@
 package driver
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -82,5 +84,62 @@ func TestPersistBeforeDeliverAndSend(t *testing.T) {
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Fatal("New without a replica and storage: want an error")
+	}
+}
+
+// stuckReplica reports a Ready forever and has nothing in it: the shape of
+// the overload livelock (a batch reported due that could not go), which
+// kept the server's loop in HandleReady and away from its ticks, requests
+// and Stop. A test double of the Ready/Advance interface; the real replica
+// is driven by the tests above.
+type stuckReplica struct{ readies, advances int }
+
+func (s *stuckReplica) HasReady() bool { return true }
+func (s *stuckReplica) Ready() (replica.Ready, error) {
+	s.readies++
+	return replica.Ready{}, nil
+}
+func (s *stuckReplica) Advance(replica.Ready) { s.advances++ }
+
+// A replica that never stops reporting a Ready cannot hold the caller: each
+// call returns after MaxReadies, says so in its round, and the next call
+// goes on.
+func TestHandleReadyReturnsToItsCaller(t *testing.T) {
+	rep := &stuckReplica{}
+	st := &recorder{MemoryStorage: raft.NewMemoryStorage(), events: new([]string)}
+	var rounds []Round
+	d, err := New(Config{Replica: rep, Storage: st, MaxReadies: 7,
+		Send:    func(replica.Message) {},
+		Deliver: func(replica.View) error { return nil },
+		Observe: func(r Round) { rounds = append(rounds, r) },
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for call := 1; call <= 3; call++ {
+		done := make(chan error, 1)
+		go func() { done <- d.HandleReady() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("call %d: HandleReady did not return with a replica that always has a Ready", call)
+		}
+		if rep.readies != 7*call || rep.advances != 7*call {
+			t.Fatalf("call %d: %d readies, %d advances; want %d each", call, rep.readies, rep.advances, 7*call)
+		}
+		if len(rounds) != call || !rounds[call-1].Capped || rounds[call-1].Readies != 7 {
+			t.Fatalf("call %d: rounds %+v; want one capped round of 7 per call", call, rounds)
+		}
+	}
+	if len(*st.events) != 0 {
+		t.Fatalf("empty Readies wrote %v", *st.events)
+	}
+	if _, err := New(Config{Replica: rep, Storage: st, MaxReadies: -1,
+		Send: func(replica.Message) {}, Deliver: func(replica.View) error { return nil }}); err == nil {
+		t.Fatal("a negative MaxReadies was accepted")
 	}
 }
