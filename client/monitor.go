@@ -142,15 +142,22 @@ func (m *Monitor) Leader() uint64 {
 // (Pileus §4.5). Strong reads are estimated from strong reads' samples
 // once there are some. Without samples it is 0.
 func (m *Monitor) PNodeLat(id uint64, latency time.Duration, strong bool) float64 {
+	p, _, _ := m.pNodeLat(id, latency, strong)
+	return p
+}
+
+// pNodeLat is PNodeLat, with the number of samples it came from and
+// whether they were strong reads'.
+func (m *Monitor) pNodeLat(id uint64, latency time.Duration, strong bool) (p float64, samples int, fromStrong bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := m.nodes[id]
 	if n == nil {
-		return 0
+		return 0, 0, false
 	}
 	s := n.weak
 	if strong && len(n.strong) > 0 {
-		s = n.strong
+		s, fromStrong = n.strong, true
 	}
 	now := m.now()
 	var in, below int
@@ -164,9 +171,9 @@ func (m *Monitor) PNodeLat(id uint64, latency time.Duration, strong bool) float6
 		}
 	}
 	if in == 0 {
-		return 0
+		return 0, 0, fromStrong
 	}
-	return float64(below) / float64(in)
+	return float64(below) / float64(in), in, fromStrong
 }
 
 // PNodeCons estimates, conservatively, the probability that replica id is

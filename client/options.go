@@ -52,6 +52,9 @@ type config struct {
 	recorder *TraceRecorder
 	// clusterID pins the Client to a cluster from the start (WithClusterID).
 	clusterID uint64
+	// targetTrace, if set, is called with every SLA target choice
+	// (WithTargetTrace).
+	targetTrace func(TargetDecision)
 }
 
 // WithTransportCredentials secures the connections with creds (for example
@@ -98,6 +101,13 @@ func WithInitialProbes(n int) Option { return func(c *config) { c.initialProbes 
 // the invocation's goroutine: per-operation bytes, views and failovers, for
 // benchmarks. f must be safe for concurrent use and should return quickly.
 func WithOpTrace(f func(OpTrace)) Option { return func(c *config) { c.trace = f } }
+
+// WithTargetTrace calls f with every choice of a target subSLA and replica
+// (SelectTarget, and so every GetSLA and InvokeSLA): the monitor's
+// estimates the choice was made from and the choice. It is for finding
+// out why a Get under an SLA went where it did; f must be safe for
+// concurrent use and should return quickly.
+func WithTargetTrace(f func(TargetDecision)) Option { return func(c *config) { c.targetTrace = f } }
 
 // WithTraceRecorder records every get and put the Client invokes, with the
 // values read and written and their times, in r (see TraceRecorder).

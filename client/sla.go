@@ -222,18 +222,58 @@ func (c *Client) SelectTarget(s *Session, sla SLA, op Op) (sub int, replica uint
 	if len(ids) == 0 {
 		return 0, 0, fmt.Errorf("%w: SLA %q: no replica has answered a probe yet", ErrUnavailable, sla.Name)
 	}
+	var trace []TargetEstimate
 	best := -1.0
 	var bestRTT time.Duration
 	for i, x := range sla.Subs {
 		for _, id := range ids {
-			u := c.mon.PNodeSla(s, id, x, op) * x.Utility
+			strong := x.Consistency.Level == correctable.Strong
+			pc := c.mon.PNodeCons(s, id, x.Consistency, op)
+			pl, n, fromStrong := c.mon.pNodeLat(id, x.Latency, strong)
+			u := pc * pl * x.Utility
 			rtt := c.mon.closeness(id)
+			if c.cfg.targetTrace != nil {
+				trace = append(trace, TargetEstimate{SubSLA: i, Replica: id, PNodeCons: pc, PNodeLat: pl,
+					Samples: n, StrongSamples: fromStrong, Expected: u, Closeness: rtt})
+			}
 			if u > best || u == best && rtt < bestRTT {
 				best, bestRTT, sub, replica = u, rtt, i, id
 			}
 		}
 	}
+	if c.cfg.targetTrace != nil {
+		c.cfg.targetTrace(TargetDecision{SLA: sla.Name, Key: op.key, Leader: c.mon.Leader(),
+			Estimates: trace, SubSLA: sub, Replica: replica})
+	}
 	return sub, replica, nil
+}
+
+// TargetEstimate is what SelectTarget knew of one subSLA at one replica
+// (Pileus §4.5): PNodeCons, PNodeLat and their product times the subSLA's
+// utility, the expected utility.
+type TargetEstimate struct {
+	SubSLA  int
+	Replica uint64
+	// PNodeLat came from Samples round trips in the monitor's window,
+	// strong reads' if StrongSamples.
+	PNodeCons, PNodeLat float64
+	Samples             int
+	StrongSamples       bool
+	Expected            float64
+	// Closeness is the replica's median round trip, which breaks ties.
+	Closeness time.Duration
+}
+
+// TargetDecision is one choice of SelectTarget (WithTargetTrace): the SLA,
+// the key, the leader the monitor knew, every estimate and the target
+// chosen.
+type TargetDecision struct {
+	SLA       string
+	Key       string
+	Leader    uint64
+	Estimates []TargetEstimate
+	SubSLA    int
+	Replica   uint64
 }
 
 // rankFor returns the replicas by PNodeSla for subSLA x, highest first,

@@ -59,6 +59,7 @@ type pileusConfig struct {
 	csv                 string
 	seed                uint64
 	parallelRegions     bool
+	traceDecisions      string
 }
 
 func newPileusCmd() *cobra.Command {
@@ -107,6 +108,7 @@ local node restored, then the primary; utility over time goes to --csv.`,
 	f.StringVar(&cfg.csv, "csv", "pileus-adaptation.csv", "file for the adaptation run's utility over time")
 	f.Uint64Var(&cfg.seed, "seed", 1, "seed of the workload")
 	f.BoolVar(&cfg.parallelRegions, "parallel-regions", false, "run the four client regions at once (default: one region at a time, its five strategies at once)")
+	f.StringVar(&cfg.traceDecisions, "trace-decisions", "", "file to log every target choice of Pileus and Incremental in (the monitor's estimates per subSLA and node) and every Pileus Get's outcome")
 	return cmd
 }
 
@@ -170,6 +172,8 @@ type pileusBed struct {
 	// per client region: a client of the three nodes, and one of the
 	// primary alone for Puts.
 	readers, writers map[string]*client.Client
+	// trace logs target choices and Pileus's outcomes (--trace-decisions).
+	trace *decisionLog
 }
 
 func startPileusBed(ctx context.Context, errOut io.Writer, cfg pileusConfig) (*pileusBed, func(), error) {
@@ -197,8 +201,16 @@ func startPileusBed(ctx context.Context, errOut io.Writer, cfg pileusConfig) (*p
 		}
 		cl.Stop()
 		os.RemoveAll(dir)
+		if b.trace != nil {
+			b.trace.close()
+		}
 	}
 	fail := func(err error) (*pileusBed, func(), error) { stop(); return nil, nil, err }
+	if cfg.traceDecisions != "" {
+		if b.trace, err = newDecisionLog(cfg.traceDecisions); err != nil {
+			return fail(err)
+		}
+	}
 	fmt.Fprintf(errOut, "pileus: five replicas up (England x3, US-West, India); moving raft leadership to England replica 1\n")
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -216,7 +228,11 @@ func startPileusBed(ctx context.Context, errOut io.Writer, cfg pileusConfig) (*p
 		}
 		// A generous dial timeout: three probes over 434 ms links on a
 		// loaded machine can take seconds.
-		r, err := client.Dial(ctx, nodes, client.WithDialTimeout(30*time.Second))
+		opts := []client.Option{client.WithDialTimeout(30 * time.Second)}
+		if b.trace != nil {
+			opts = append(opts, client.WithTargetTrace(b.trace.decision(region)))
+		}
+		r, err := client.Dial(ctx, nodes, opts...)
 		if err != nil {
 			return fail(err)
 		}
@@ -345,6 +361,9 @@ func pileusSession(ctx context.Context, b *pileusBed, region, strat string, sla 
 		res, err := pileusGet(ctx, r, s, strat, sla, key, choice)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if b.trace != nil && strat == stratPileus {
+			b.trace.outcome(region, sla.Name, key, res, err)
 		}
 		if err != nil && !errors.Is(err, client.ErrSLANotMet) {
 			// Counted as a Get that met no subSLA (Pileus §3.3: an
@@ -619,4 +638,66 @@ func targets(st *pileusStats) string {
 		}
 	}
 	return s
+}
+
+// decisionLog is the --trace-decisions file: one line per target choice
+// of a region's reader (Pileus's and Incremental's: they share the
+// client) with the monitor's estimates, and one per Pileus Get with the
+// subSLA it targeted and met.
+type decisionLog struct {
+	mu    sync.Mutex
+	f     *os.File
+	start time.Time
+}
+
+func newDecisionLog(path string) (*decisionLog, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &decisionLog{f: f, start: time.Now()}, nil
+}
+
+func (l *decisionLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.f.Close()
+}
+
+// decision returns the target trace of region's reader. A line reads
+//
+//	12.345 choice England password user42 leader=1 -> 1@England | 1@England cons=1 lat=1.00/37s exp=1.000 ...
+//
+// lat is PNodeLat over n samples in the window, s: strong reads', w: probes
+// and weak reads'.
+func (l *decisionLog) decision(region string) func(client.TargetDecision) {
+	return func(d client.TargetDecision) {
+		var b []byte
+		b = fmt.Appendf(b, "%.3f choice %s %s %s leader=%d -> %d@%s |", time.Since(l.start).Seconds(), region, d.SLA, d.Key,
+			d.Leader, d.SubSLA+1, pileusNodeNames[d.Replica])
+		for _, e := range d.Estimates {
+			kind := "w"
+			if e.StrongSamples {
+				kind = "s"
+			}
+			b = fmt.Appendf(b, " %d@%s cons=%g lat=%.2f/%d%s exp=%.3f", e.SubSLA+1, pileusNodeNames[e.Replica], e.PNodeCons, e.PNodeLat, e.Samples, kind, e.Expected)
+		}
+		b = append(b, '\n')
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.f.Write(b)
+	}
+}
+
+// outcome logs a Pileus Get: target, node that answered, subSLA met (0:
+// none), latency.
+func (l *decisionLog) outcome(region, sla, key string, r client.SLAResult, err error) {
+	met := r.SubSLA + 1
+	if err != nil {
+		met = 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.f, "%.3f pileus %s %s %s target=%d@%s met=%d latency=%.1fms\n", time.Since(l.start).Seconds(), region, sla, key,
+		r.Target+1, pileusNodeNames[r.TargetReplica], met, float64(r.Latency.Microseconds())/1000)
 }
