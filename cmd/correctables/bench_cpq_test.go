@@ -61,3 +61,31 @@ func TestControllerSummaryReconvergence(t *testing.T) {
 		t.Fatalf("summary:\n%s", got)
 	}
 }
+
+// A row of q that measured nothing (starved: no values, no reads) must not
+// win the comparison with its proportion of 0 and read p95 of 0.
+func TestCompareCPQADSkipsUnmeasuredRows(t *testing.T) {
+	row := func(label string, readP float64, delay time.Duration, values, positive int, readMS ...int64) *cpqbench.Result {
+		r := &cpqbench.Result{Row: cpqbench.Row{Label: label, ReadP: readP, QuorumReads: readP > 0, ReadDelay: delay},
+			ReadLat: loadgen.NewHistogram(), WriteLat: loadgen.NewHistogram(), Values: values, Positive: positive}
+		for _, ms := range readMS {
+			if err := r.ReadLat.RecordValue(ms * 1000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r
+	}
+	rows := []cpqRow{
+		{"3", "latest", row("AD 5ms", 0, 5*time.Millisecond, 200, 0, 6, 6, 6, 30)},
+		{"q", "latest", row("reads quorum", 1, 0, 200, 0, 1, 1, 1, 9)},
+		{"q", "latest", row("pq=0.90", 0.9, 0, 0, 0)},
+	}
+	got := compareCPQAD(rows)
+	if strings.Contains(got, "pq=0.90") || !strings.Contains(got, "reads quorum proportion 0.0000") || !strings.Contains(got, "ratio 0.30 (p50s: 0.17)") {
+		t.Fatalf("comparison:\n%s", got)
+	}
+	rows[1].res.Values = 0
+	if got := compareCPQAD(rows); !strings.Contains(got, "no row of q as fresh") {
+		t.Fatalf("comparison without a measured row of q:\n%s", got)
+	}
+}
