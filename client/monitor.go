@@ -139,8 +139,11 @@ func (m *Monitor) Leader() uint64 {
 
 // PNodeLat estimates the probability that replica id answers a read
 // within latency: the fraction of the window's round trips below it
-// (Pileus §4.5). Strong reads are estimated from strong reads' samples
-// once there are some. Without samples it is 0.
+// (Pileus §4.5). Strong reads are estimated from the strong reads in the
+// window when there are any; otherwise, like weak reads, from the probes'
+// and weak reads' round trips, which the active probes keep in the window
+// (§4.5: "for nodes that have not been accessed recently, the monitor may
+// send active probes"). Without samples in the window it is 0.
 func (m *Monitor) PNodeLat(id uint64, latency time.Duration, strong bool) float64 {
 	p, _, _ := m.pNodeLat(id, latency, strong)
 	return p
@@ -155,11 +158,21 @@ func (m *Monitor) pNodeLat(id uint64, latency time.Duration, strong bool) (p flo
 	if n == nil {
 		return 0, 0, false
 	}
-	s := n.weak
-	if strong && len(n.strong) > 0 {
-		s, fromStrong = n.strong, true
-	}
 	now := m.now()
+	if strong {
+		// Strong samples that left the window do not count: a fraction of
+		// none would say the replica never answers in time.
+		if p, in := m.fractionBelow(n.strong, now, latency); in > 0 {
+			return p, in, true
+		}
+	}
+	p, in := m.fractionBelow(n.weak, now, latency)
+	return p, in, false
+}
+
+// fractionBelow returns the fraction of the samples in the window at now
+// below latency, and how many samples are in the window.
+func (m *Monitor) fractionBelow(s []rttSample, now time.Time, latency time.Duration) (float64, int) {
 	var in, below int
 	for _, x := range s {
 		if now.Sub(x.at) > m.window {
@@ -171,9 +184,9 @@ func (m *Monitor) pNodeLat(id uint64, latency time.Duration, strong bool) (p flo
 		}
 	}
 	if in == 0 {
-		return 0, 0, fromStrong
+		return 0, 0
 	}
-	return float64(below) / float64(in), in, fromStrong
+	return float64(below) / float64(in), in
 }
 
 // PNodeCons estimates, conservatively, the probability that replica id is
@@ -229,12 +242,18 @@ func (m *Monitor) rtt(id uint64) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := m.nodes[id]
-	if n == nil || len(n.weak) == 0 {
+	if n == nil {
 		return 0
 	}
-	s := make([]time.Duration, len(n.weak))
-	for i, x := range n.weak {
-		s[i] = x.rtt
+	now := m.now()
+	var s []time.Duration
+	for _, x := range n.weak {
+		if now.Sub(x.at) <= m.window {
+			s = append(s, x.rtt)
+		}
+	}
+	if len(s) == 0 {
+		return 0
 	}
 	slices.Sort(s)
 	return s[len(s)/2]

@@ -97,6 +97,36 @@ func TestPNodeLatWindow(t *testing.T) {
 	}
 }
 
+// An England client whose local replica is the primary, under the
+// password SLA, after its strong reads left the monitor's window (bench
+// pileus: the England password session starts more than a window after
+// the England cart session). The probes still say the primary answers in
+// 1 ms, so the strong read there is worth 1.0 against eventual's 0.5
+// (Pileus §4.5: PNodeLat from the node's round trips; §4.6.1).
+func TestSelectTargetStrongSamplesLeftWindow(t *testing.T) {
+	ms := time.Millisecond
+	c := fakeReplicas(t, 1, map[uint64]time.Duration{1: 1 * ms, 2: 149 * ms, 3: 434 * ms}, nil)
+	now := time.Unix(1000, 0)
+	c.mon.now = func() time.Time { return now }
+	for range 5 {
+		c.mon.observeRTT(1, 6*ms, true)
+	}
+	s := NewSession()
+	if sub, id, _ := c.SelectTarget(s, PasswordSLA, Get("k")); sub != 0 || id != 1 {
+		t.Fatalf("with recent strong reads: target subSLA %d at %d, want 1 at 1", sub+1, id)
+	}
+	now = now.Add(DefaultMonitorWindow + time.Second)
+	for id, rtt := range map[uint64]time.Duration{1: 1 * ms, 2: 149 * ms, 3: 434 * ms} {
+		c.mon.observeRTT(id, rtt, false) // a probe round
+	}
+	if p := c.mon.PNodeLat(1, 150*ms, true); p != 1 {
+		t.Errorf("strong PNodeLat at the primary once its strong samples left the window = %v, want the probes' 1", p)
+	}
+	if sub, id, _ := c.SelectTarget(s, PasswordSLA, Get("k")); sub != 0 || id != 1 {
+		t.Fatalf("strong samples out of the window: target subSLA %d at %d, want 1 at 1", sub+1, id)
+	}
+}
+
 func TestSLAMet(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
