@@ -63,6 +63,15 @@ func appendWrites(b []byte, ws []Write) []byte {
 // EncodeOp returns the canonical binary encoding of o. It encodes any Op,
 // valid or not.
 func EncodeOp(o Op) []byte {
+	return AppendOp(make([]byte, 0, OpSizeHint(o)), o)
+}
+
+// OpSizeHint is a capacity for o's encoding: exact for an op without a
+// transaction, short of it for one with.
+func OpSizeHint(o Op) int { return 16 + len(o.Key) + len(o.Value) + len(o.Expected) }
+
+// AppendOp appends EncodeOp's encoding of o to b.
+func AppendOp(b []byte, o Op) []byte {
 	var flags byte
 	if o.ExpectAbsent {
 		flags |= opFlagExpectAbsent
@@ -70,7 +79,6 @@ func EncodeOp(o Op) []byte {
 	if o.Txn != nil {
 		flags |= opFlagTxn
 	}
-	b := make([]byte, 0, 16+len(o.Key)+len(o.Value)+len(o.Expected))
 	b = append(b, byte(o.Kind), flags)
 	b = appendString(b, o.Key)
 	b = appendBytes(b, o.Value)
