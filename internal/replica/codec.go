@@ -21,6 +21,9 @@ var ErrCorrupt = errors.New("replica: corrupt encoding")
 type entry struct {
 	Proposer uint64
 	Ops      []*Req
+	// Marker, if set, is a drain marker (drain.go): an entry of
+	// markerVersion, without operations.
+	Marker *marker
 }
 
 const entryVersion = 1
@@ -42,7 +45,15 @@ func encodeEntry(e entry) []byte {
 
 func decodeEntry(b []byte) (entry, error) {
 	d := decoder{b: b}
-	if v := d.byte(); v != entryVersion {
+	switch v := d.byte(); {
+	case v == markerVersion:
+		e := entry{Proposer: d.uvarint()}
+		e.Marker = d.marker()
+		if d.err == nil && len(d.b) != 0 {
+			d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+		}
+		return e, d.err
+	case v != entryVersion:
 		return entry{}, fmt.Errorf("%w: entry version %d", ErrCorrupt, v)
 	}
 	e := entry{Proposer: d.uvarint()}

@@ -41,6 +41,10 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("replica: entry %d: %w", ent.GetIndex(), err)
 	}
+	if e.Marker != nil {
+		r.applyMarker(ent.GetIndex(), e.Proposer, e.Marker)
+		return nil
+	}
 	return r.commit(e.Ops)
 }
 

@@ -394,8 +394,5 @@ func (d *decoder) members() *snapshotMembers {
 	for n := d.count(1); n > 0 && d.err == nil; n-- {
 		m.removed[d.uvarint()] = true
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("bytes after the membership")
-	}
 	return m
 }

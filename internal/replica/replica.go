@@ -231,6 +231,8 @@ type Replica struct {
 	addrs      map[uint64]string
 	removedIDs map[uint64]bool
 	memberGen  uint64
+	// drain is the replicated drain state (drain.go).
+	drain drainState
 	// confSnap: a configuration change was applied since the last
 	// snapshot (see applyConfChange).
 	confSnap bool

@@ -27,8 +27,9 @@ type SnapshotRequest struct {
 
 // snapshotVersion 2 added the clock reading; 3 keeps large results as
 // digests; 4 adds the membership (peer addresses, removed ids) after the
-// state. Versions 2 and 3 still restore.
-const snapshotVersion = 4
+// state; 5 the drain state (draining and drained ids) after that.
+// Versions 2 to 4 still restore.
+const snapshotVersion = 5
 
 // maxKeptResult bounds the encoded size of a stable result kept whole for
 // snapshots; a larger one (a put that replaced a large value) is kept as
@@ -92,7 +93,7 @@ func (r *Replica) snapshotData() ([]byte, error) {
 	}
 	b = binary.AppendUvarint(b, uint64(len(stBytes)))
 	b = append(b, stBytes...)
-	return r.appendMembership(b), nil
+	return r.appendDrain(r.appendMembership(b)), nil
 }
 
 // committedResult is the stable result of a committed operation, kept for
@@ -218,6 +219,8 @@ type snapshotContents struct {
 	results               map[uint64][]committedResult
 	st                    *state.State
 	members               *snapshotMembers // nil before version 4
+	// draining and drained: nil before version 5.
+	draining, drained map[uint64]bool
 }
 
 // decodeSnapshot decodes and checks what snapshotData encoded.
@@ -273,9 +276,17 @@ func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, erro
 		return nil, fmt.Errorf("replica: snapshot state: %w", err)
 	}
 	var members *snapshotMembers
+	var draining, drained map[uint64]bool
 	if version >= 4 {
 		d.b = d.b[sz:]
-		if members = d.members(); d.err != nil {
+		members = d.members()
+		if version >= 5 {
+			draining, drained = d.drainSets()
+		}
+		if d.err == nil && len(d.b) != 0 {
+			d.fail("bytes after the membership")
+		}
+		if d.err != nil {
 			return nil, fmt.Errorf("replica: snapshot membership: %w", d.err)
 		}
 	}
@@ -283,7 +294,8 @@ func (r *Replica) decodeSnapshot(snap *raftpb.Snapshot) (*snapshotContents, erro
 		return nil, fmt.Errorf("%w: snapshot data at %d, metadata at %d", ErrCorrupt, applied, snap.GetMetadata().GetIndex())
 	}
 	return &snapshotContents{applied: applied, clock: clock, count: count, cvv: cvv,
-		committedOps: committedOps, results: results, st: st, members: members}, nil
+		committedOps: committedOps, results: results, st: st, members: members,
+		draining: draining, drained: drained}, nil
 }
 
 // installSnapshot makes the snapshot's committed state this replica's and
@@ -301,6 +313,7 @@ func (r *Replica) installSnapshot(sc *snapshotContents, cs *raftpb.ConfState) []
 	r.applied = sc.applied
 	r.snapIndex = sc.applied
 	r.setConfState(proto.Clone(cs).(*raftpb.ConfState))
+	r.installDrain(sc.draining, sc.drained)
 	if sc.members != nil {
 		r.addrs, r.removedIDs = sc.members.addrs, sc.members.removed
 		// A member is never a removed id; both come from one snapshot

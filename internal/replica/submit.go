@@ -11,6 +11,9 @@ import (
 
 // Submit accepts a client request. Its views come out through Ready.
 func (r *Replica) Submit(cr ClientRequest) error {
+	if r.Draining(r.cfg.ID) {
+		return ErrDraining
+	}
 	if err := cr.Op.Validate(r.cfg.Limits); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOp, err)
 	}

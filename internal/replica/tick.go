@@ -23,6 +23,7 @@ func (r *Replica) Tick() {
 		r.lastNoop = r.ticks
 		r.proposeNoop()
 	}
+	r.drainTick()
 	for _, id := range sortedIDs(r.pendingStrong) {
 		if r.ticks-r.pendingStrong[id] >= r.cfg.RetryTicks {
 			r.pendingStrong[id] = r.ticks
