@@ -78,6 +78,24 @@ type clusterIdentity struct {
 	// refused holds the "replica/cluster" pairs whose streams were
 	// refused and logged: each is logged once.
 	refused sync.Map
+	// header is the response header that carries id, built once per id
+	// (gRPC copies a header it is given: the map is never written).
+	header atomic.Pointer[clusterHeader]
+}
+
+type clusterHeader struct {
+	id uint64
+	md metadata.MD
+}
+
+// headerFor returns the response header that carries the cluster id id.
+func (c *clusterIdentity) headerFor(id uint64) metadata.MD {
+	if h := c.header.Load(); h != nil && h.id == id {
+		return h.md
+	}
+	h := &clusterHeader{id: id, md: metadata.Pairs(api.ClusterIDMetadata, api.FormatClusterID(id))}
+	c.header.Store(h)
+	return h.md
 }
 
 // ClusterID returns the id of this replica's cluster; 0 while a joining
@@ -246,9 +264,9 @@ func (s *Server) clientCluster(ctx context.Context, setHeader func(metadata.MD) 
 	if mine == 0 {
 		return nil
 	}
-	_ = setHeader(metadata.Pairs(api.ClusterIDMetadata, api.FormatClusterID(mine)))
-	md, _ := metadata.FromIncomingContext(ctx)
-	want, err := api.ClusterIDFromMetadata(md.Get(api.ClusterIDMetadata))
+	_ = setHeader(s.cluster.headerFor(mine))
+	// The one key, not a copy of the whole incoming metadata.
+	want, err := api.ClusterIDFromMetadata(metadata.ValueFromIncomingContext(ctx, api.ClusterIDMetadata))
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "request metadata: %v", err)
 	}
