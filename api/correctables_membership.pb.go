@@ -134,8 +134,13 @@ type MemberListReply struct {
 	// removed lists the ids removed from the cluster, never to come back.
 	Removed []uint64 `protobuf:"varint,4,rep,packed,name=removed,proto3" json:"removed,omitempty"`
 	// joint: a change of several voters is in progress.
-	Joint         bool   `protobuf:"varint,5,opt,name=joint,proto3" json:"joint,omitempty"`
-	AppliedIndex  uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Joint        bool   `protobuf:"varint,5,opt,name=joint,proto3" json:"joint,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// warning, if set, says what the change could not guarantee: a replica
+	// removed (member remove, member replace) that did not confirm its drain
+	// within the bound, whose weak writes acknowledged and not yet gossiped
+	// may be lost.
+	Warning       string `protobuf:"bytes,7,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -210,6 +215,13 @@ func (x *MemberListReply) GetAppliedIndex() uint64 {
 		return x.AppliedIndex
 	}
 	return 0
+}
+
+func (x *MemberListReply) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
 }
 
 type MemberAddRequest struct {
@@ -319,10 +331,14 @@ func (x *MemberPromoteRequest) GetId() uint64 {
 }
 
 type MemberRemoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// drain_timeout_ms bounds how long the removal waits for the replica to
+	// confirm its drain (every operation it acknowledged committed) before
+	// it goes ahead without it; 0: the server's default (10 s).
+	DrainTimeoutMs uint32 `protobuf:"varint,2,opt,name=drain_timeout_ms,json=drainTimeoutMs,proto3" json:"drain_timeout_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MemberRemoveRequest) Reset() {
@@ -362,15 +378,24 @@ func (x *MemberRemoveRequest) GetId() uint64 {
 	return 0
 }
 
+func (x *MemberRemoveRequest) GetDrainTimeoutMs() uint32 {
+	if x != nil {
+		return x.DrainTimeoutMs
+	}
+	return 0
+}
+
 type MemberReplaceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// remove is the voter replaced (it stops, its id is never used again).
 	Remove uint64 `protobuf:"varint,1,opt,name=remove,proto3" json:"remove,omitempty"`
 	// id of the new voter; 0 picks one above every id the cluster has used.
-	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
-	PeerAddr      string `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Id       uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddr string `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	// drain_timeout_ms: as in MemberRemoveRequest, for the voter removed.
+	DrainTimeoutMs uint32 `protobuf:"varint,4,opt,name=drain_timeout_ms,json=drainTimeoutMs,proto3" json:"drain_timeout_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MemberReplaceRequest) Reset() {
@@ -424,6 +449,13 @@ func (x *MemberReplaceRequest) GetPeerAddr() string {
 	return ""
 }
 
+func (x *MemberReplaceRequest) GetDrainTimeoutMs() uint32 {
+	if x != nil {
+		return x.DrainTimeoutMs
+	}
+	return 0
+}
+
 var File_correctables_membership_proto protoreflect.FileDescriptor
 
 const file_correctables_membership_proto_rawDesc = "" +
@@ -433,26 +465,29 @@ const file_correctables_membership_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x18\n" +
 	"\alearner\x18\x03 \x01(\bR\alearner\"\x13\n" +
-	"\x11MemberListRequest\"\xc1\x01\n" +
+	"\x11MemberListRequest\"\xdb\x01\n" +
 	"\x0fMemberListReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x04R\x06leader\x121\n" +
 	"\amembers\x18\x03 \x03(\v2\x17.correctables.v1.MemberR\amembers\x12\x18\n" +
 	"\aremoved\x18\x04 \x03(\x04R\aremoved\x12\x14\n" +
 	"\x05joint\x18\x05 \x01(\bR\x05joint\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"Y\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x18\n" +
+	"\awarning\x18\a \x01(\tR\awarning\"Y\n" +
 	"\x10MemberAddRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x18\n" +
 	"\alearner\x18\x03 \x01(\bR\alearner\"&\n" +
 	"\x14MemberPromoteRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"%\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"O\n" +
 	"\x13MemberRemoveRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"[\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12(\n" +
+	"\x10drain_timeout_ms\x18\x02 \x01(\rR\x0edrainTimeoutMs\"\x85\x01\n" +
 	"\x14MemberReplaceRequest\x12\x16\n" +
 	"\x06remove\x18\x01 \x01(\x04R\x06remove\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x1b\n" +
-	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr2\xbb\x03\n" +
+	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12(\n" +
+	"\x10drain_timeout_ms\x18\x04 \x01(\rR\x0edrainTimeoutMs2\xbb\x03\n" +
 	"\aCluster\x12R\n" +
 	"\n" +
 	"MemberList\x12\".correctables.v1.MemberListRequest\x1a .correctables.v1.MemberListReply\x12P\n" +

@@ -36,6 +36,7 @@ var statusTable = []struct {
 	{ErrOverloaded, codes.ResourceExhausted},
 	{replica.ErrBusy, codes.ResourceExhausted},
 	{ErrStopped, codes.Unavailable},
+	{replica.ErrDraining, codes.Unavailable},
 	{ErrResultLost, codes.DataLoss},
 	{ErrUnauthenticated, codes.Unauthenticated},
 	{context.Canceled, codes.Canceled},

@@ -337,10 +337,16 @@ func (c clusterService) MemberReplace(ctx context.Context, in *api.MemberReplace
 		return nil, err
 	}
 	chs := []replica.MemberChange{{Kind: replica.Remove, ID: old}, {Kind: replica.AddVoter, ID: id, Addr: in.GetPeerAddr()}}
-	return c.change(ctx, chs, func(ms []replica.Member, removed []uint64) bool {
+	// The voter replaced drains first, as with member remove.
+	warning, err := c.drain(ctx, old, c.drainBound(ctx, in.GetDrainTimeoutMs()))
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.change(ctx, chs, func(ms []replica.Member, removed []uint64) bool {
 		i := slices.IndexFunc(ms, func(m replica.Member) bool { return m.ID == id })
 		return i >= 0 && !ms[i].Learner && slices.Contains(removed, old) && !c.s.rep.Joint()
 	})
+	return withWarning(out, warning), err
 }
 
 // MemberPromote implements api.ClusterServer.
@@ -353,11 +359,19 @@ func (c clusterService) MemberPromote(ctx context.Context, in *api.MemberPromote
 }
 
 // MemberRemove implements api.ClusterServer.
+// The replica removed drains first (drain.go): the change is proposed once
+// it confirmed that every operation it acknowledged is committed, or once
+// the drain's bound passed (the reply's warning then says so).
 func (c clusterService) MemberRemove(ctx context.Context, in *api.MemberRemoveRequest) (*api.MemberListReply, error) {
 	id := in.GetId()
-	return c.change(ctx, []replica.MemberChange{{Kind: replica.Remove, ID: id}}, func(_ []replica.Member, removed []uint64) bool {
+	warning, err := c.drain(ctx, id, c.drainBound(ctx, in.GetDrainTimeoutMs()))
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.change(ctx, []replica.MemberChange{{Kind: replica.Remove, ID: id}}, func(_ []replica.Member, removed []uint64) bool {
 		return slices.Contains(removed, id)
 	})
+	return withWarning(out, warning), err
 }
 
 // change proposes chs (one entry) and waits until this replica has applied it (done

@@ -93,6 +93,14 @@ type Config struct {
 	ClusterToken   string
 	InitialCluster map[uint64]string
 	ClusterID      uint64
+	// DrainTimeout bounds how long member remove and member replace wait
+	// for the replica they remove to confirm its drain before they go
+	// ahead without it (a request may set its own bound). Default 10s.
+	DrainTimeout time.Duration
+
+	// dropPeerMsg, if set (tests), drops the peer messages it selects
+	// before they are queued: a network fault between replicas.
+	dropPeerMsg func(replica.Message) bool
 }
 
 func (c *Config) validate() error {
@@ -137,6 +145,9 @@ func (c *Config) validate() error {
 	def(&c.RetryTicks, 50)
 	def(&c.MaxInflight, 10_000)
 	def(&c.MaxBatch, 512)
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = defaultDrainTimeout
+	}
 	def(&c.CompactMargin, 1000)
 	def(&c.PeerQueue, 4096)
 	def(&c.PeerQueueBytes, 64<<20)
@@ -460,6 +471,9 @@ func (s *Server) submitOne(req *request) {
 
 // send hands a message to its peer's queue (never blocks).
 func (s *Server) send(m replica.Message) {
+	if s.cfg.dropPeerMsg != nil && s.cfg.dropPeerMsg(m) {
+		return
+	}
 	if p := s.peers[m.To]; p != nil {
 		p.enqueue(m)
 	}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/replica"
+)
+
+// Draining before a removal (see replica's drain.go). member remove and
+// member replace first commit a drain marker for the replica they remove,
+// then wait until it confirms, through the log, that every operation it
+// acknowledged is committed; only then do they propose the configuration
+// change. A replica that does not confirm within the bound (it is down,
+// or cut off) is removed all the same, and the reply says so: weak writes
+// it acknowledged and had not gossiped may be lost with it.
+
+// defaultDrainTimeout is Config.DrainTimeout's default.
+const defaultDrainTimeout = 10 * time.Second
+
+// drainBound is the bound of one removal's drain: the request's, else the
+// server's; at most half of what is left of the caller's deadline, so that
+// the change itself has time.
+func (c clusterService) drainBound(ctx context.Context, ms uint32) time.Duration {
+	bound := c.s.cfg.DrainTimeout
+	if ms > 0 {
+		bound = time.Duration(ms) * time.Millisecond
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl)/2)
+	}
+	return bound
+}
+
+// drain commits the drain marker of replica id (proposing it again while
+// it is not applied here) and waits until this replica has applied id's
+// "drained" marker, or bound passed. It returns the warning for the reply
+// ("" once drained, or when there is nothing to drain: id is removed
+// already or not a member, which the change then reports).
+func (c clusterService) drain(ctx context.Context, id uint64, bound time.Duration) (string, error) {
+	s := c.s
+	deadline := time.Now().Add(bound)
+	for attempt := 0; ; attempt++ {
+		var done bool
+		var perr error
+		err := s.exec(ctx, func(r *replica.Replica) {
+			switch {
+			case slices.Contains(r.RemovedIDs(), id) || !slices.ContainsFunc(r.Members(), func(m replica.Member) bool { return m.ID == id }):
+				done = true
+			case r.Drained(id):
+				done = true
+			case !r.Draining(id) && attempt%25 == 0: // every half second
+				perr = r.ProposeDrain(id)
+			}
+		})
+		switch {
+		case err != nil:
+			return "", toStatus(err)
+		case done:
+			if attempt > 0 {
+				s.log.Info("replica drained before its removal", "replica", id)
+			}
+			return "", nil
+		case errors.Is(perr, replica.ErrBadMemberChange):
+			return "", status.Error(codes.InvalidArgument, strings.TrimPrefix(perr.Error(), "replica: "))
+		}
+		if time.Now().After(deadline) {
+			warning := fmt.Sprintf("replica %d did not confirm its drain within %v; weak writes it acknowledged and had not gossiped may be lost", id, bound)
+			s.log.Warn("removing a replica that did not confirm its drain", "replica", id, "bound", bound, "warning", warning)
+			return warning, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", status.Errorf(codes.Unavailable, "replica %d: the drain of replica %d was not confirmed before the request's deadline; check `member list` and retry", s.cfg.ID, id)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// withWarning returns the reply with its warning set (a copy: the reply
+// may be the published member list).
+func withWarning(out *api.MemberListReply, warning string) *api.MemberListReply {
+	if out == nil || warning == "" {
+		return out
+	}
+	out = proto.Clone(out).(*api.MemberListReply)
+	out.Warning = warning
+	return out
+}

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/replica"
+)
+
+// Weak writes a running replica acknowledged (preliminary view only) and
+// gossiped to nobody survive its removal: member remove drains it first,
+// and every one of them is then read back, strongly, from a survivor. The
+// replica's gossip is cut (every message from it but raft's is dropped)
+// and its no-op period is too long to commit its writes, so nothing but
+// the drain carries them into the log: removed without it, they were lost
+// (as the replica test's control shows on the replica core).
+func TestMemberRemoveDrainsUngossipedWeakWrites(t *testing.T) {
+	dir := t.TempDir()
+	peers := freePeers(t, 3)
+	const x = 3
+	servers := map[uint64]*Server{}
+	for id := uint64(1); id <= 3; id++ {
+		servers[id] = startOnPebble(t, dir, peers, id, true, func(c *Config) {
+			if id == x {
+				c.NoopTicks = 1 << 30
+				c.dropPeerMsg = func(m replica.Message) bool { return m.Type != replica.MsgRaft }
+			}
+		})
+	}
+	defer func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	strongPutUntilFinal(ctx, t, dial(t, peers[1]), time.Second)
+	cx := dial(t, peers[x])
+	const n = 20
+	for i := range n {
+		views, err := invoke(ctx, cx, &api.InvokeRequest{Op: put(fmt.Sprint("w", i), fmt.Sprint("v", i)), Preliminary: true})
+		if err != nil || len(views) != 1 || views[0].GetFinal() {
+			t.Fatalf("weak write %d through replica %d: %v %v", i, x, views, err)
+		}
+	}
+	// Nothing carried them elsewhere: a weak read at replica 1 does not
+	// see them.
+	views, err := invoke(ctx, dial(t, peers[1]), &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "w0"}, Preliminary: true})
+	if err != nil || len(views) != 1 || views[0].GetResult().GetFound() {
+		t.Fatalf("replica 1 has a weak write of replica %d before the removal (the gossip cut does not hold): %v %v", x, views, err)
+	}
+	l, err := dialCluster(t, peers[1]).MemberRemove(ctx, &api.MemberRemoveRequest{Id: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.GetWarning() != "" {
+		t.Errorf("member remove of a live replica warns: %q", l.GetWarning())
+	}
+	select {
+	case <-servers[x].Done():
+	case <-ctx.Done():
+		t.Fatal("the removed replica keeps running")
+	}
+	servers[x].Stop()
+	delete(servers, x)
+	c1 := dial(t, peers[1])
+	for i := range n {
+		views, err := invoke(ctx, c1, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: fmt.Sprint("w", i)}, Final: true, Strong: true})
+		if err != nil || len(views) == 0 {
+			t.Fatalf("strong read of w%d at replica 1: %v %v", i, views, err)
+		}
+		v := views[len(views)-1]
+		if !v.GetFinal() || string(v.GetResult().GetValue()) != fmt.Sprint("v", i) {
+			t.Errorf("w%d at replica 1 after the removal of replica %d: %v, want v%d (an acknowledged write was lost)", i, x, v, i)
+		}
+	}
+}
+
+// A draining replica refuses client operations with Unavailable, saying it
+// drains (api.DrainingMarker), before running them.
+func TestDrainingReplicaRefusesClients(t *testing.T) {
+	if !strings.Contains(replica.ErrDraining.Error(), api.DrainingMarker) {
+		t.Fatalf("replica.ErrDraining %q does not carry api.DrainingMarker %q", replica.ErrDraining, api.DrainingMarker)
+	}
+	st := toStatus(fmt.Errorf("submit: %w", replica.ErrDraining))
+	if got := st.Error(); !strings.Contains(got, "Unavailable") || !strings.Contains(got, api.DrainingMarker) {
+		t.Fatalf("status of ErrDraining: %s", got)
+	}
+}
