@@ -136,8 +136,9 @@ func (s *pinnedStream) RecvMsg(m any) error {
 }
 
 // notRun reports that err is a refusal before the operation ran, so that
-// trying it at another endpoint cannot run it twice.
+// trying it at another endpoint cannot run it twice: a replica of another
+// cluster, or one draining before its removal (refusedDraining).
 func notRun(err error) bool {
 	me, ok := errors.AsType[*ClusterMismatchError](err)
-	return ok && me.NotRun
+	return ok && me.NotRun || refusedDraining(err)
 }

@@ -1,0 +1,16 @@
+package client
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/correctables/correctables/api"
+)
+
+// refusedDraining reports whether err is a replica's refusal of an
+// operation because it drains before its removal from the cluster
+// (Unavailable carrying api.DrainingMarker): the replica refused it before
+// running it, so the Client sends it, an update too, to the next endpoint.
+func refusedDraining(err error) bool {
+	return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), api.DrainingMarker)
+}
