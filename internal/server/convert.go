@@ -82,10 +82,12 @@ func resultToAPI(r state.Result) *api.Result {
 	return out
 }
 
+// stampToAPI converts a view's stamp. The reply shares the stamp's VV: the
+// replica gives each view a VV of its own, which nothing writes.
 func stampToAPI(s replica.Stamp) *api.Stamp {
 	return &api.Stamp{
 		Replica: s.Replica, AppliedIndex: s.AppliedIndex, CommittedCount: uint64(s.CommittedCount),
-		Vv: map[uint64]uint64(s.VV.Clone()), StableTime: s.StableTime,
+		Vv: map[uint64]uint64(s.VV), StableTime: s.StableTime,
 	}
 }
 
