@@ -131,8 +131,10 @@ func (f cpqFlags) plan() (*cpqPlan, error) {
 	case f.settle < 100*time.Millisecond || f.settle > time.Minute:
 		return nil, fmt.Errorf("--settle %v: want 100ms to 1m", f.settle)
 	}
-	if p.figures["ctl"] && (f.slaLatency == 0 || f.slaStale == 0) && !p.figures["2"] {
+	if derive := p.figures["ctl"] && (f.slaLatency == 0 || f.slaStale == 0); derive && !f.ctlQuorum && !p.figures["2"] {
 		return nil, errors.New("the controller run needs --sla-latency and --sla-stale, or figure 2 to derive them from")
+	} else if derive && f.ctlQuorum && !p.figures["q"] {
+		return nil, errors.New("the controller run with --ctl-quorum needs --sla-latency and --sla-stale, or figure q to derive them from")
 	}
 	return p, nil
 }
@@ -178,7 +180,8 @@ values written in its window, and the p95 latency of reads and writes:
              replicas gets --change-delay more one-way latency
 
 Without --sla-latency and --sla-stale the SLA is derived from figure 2's
-rows (see docs/benchmarks.md). Progress goes to stderr, one line per
+rows (with --ctl-quorum, from figure q's weak and quorum reads; see
+docs/benchmarks.md). Progress goes to stderr, one line per
 --period; the tables to stdout; --csv writes the rows and, beside them
 (-timeline.csv), the controller's timeline; --trace the whole trace of the
 last distribution (check it with 'correctables check gamma').`,
@@ -326,7 +329,7 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 		if p.figures["ctl"] {
 			sla := cpqctl.SLA{Latency: p.f.slaLatency, Stale: p.f.slaStale}
 			if sla.Latency == 0 || sla.Stale == 0 {
-				if sla, err = deriveSLA(rows, dist); err != nil {
+				if sla, err = deriveSLA(rows, dist, p.f.ctlQuorum); err != nil {
 					ctlSummary += fmt.Sprintf("controller (%s): not run: %v\n", dist, err)
 					continue
 				}
@@ -451,33 +454,45 @@ func writeCPQTrace(path string, h *cpqbench.Hosts) error {
 	return fh.Close()
 }
 
-// deriveSLA picks an SLA strictly between the two levels from figure 2's
-// rows of dist: the latency bound 90% of the way from the read p95 at p = 0
-// to the one at p = 1, the stale bound 60% of the proportion at p = 0.
-// The latency bound sits near the strong level's because a p95 bound
-// anywhere lower caps p near 0.05 (more strong reads than that put the
-// p95 among them), which no stale bound much under p = 0's allows.
-func deriveSLA(rows []cpqRow, dist string) (cpqctl.SLA, error) {
+// deriveSLA picks an SLA strictly between the two levels the controller
+// tunes between, from the rows of dist: figure 2's at p = 0 and p = 1, or
+// with quorum (--ctl-quorum) figure q's reads weak and reads quorum. The
+// latency bound is 90% of the way from the weaker level's read p95 to the
+// stronger's, the stale bound 60% of the way from the stronger level's
+// proportion (0 for the strong level) to the weaker's. The latency bound
+// sits near the stronger level's because a p95 bound anywhere lower caps p
+// near 0.05 (more strong reads than that put the p95 among them), which no
+// stale bound much under p = 0's allows.
+func deriveSLA(rows []cpqRow, dist string, quorum bool) (cpqctl.SLA, error) {
 	var weak, strong *cpqbench.Result
 	for _, r := range rows {
-		if r.figure != "2" || r.dist != dist {
+		if r.dist != dist {
 			continue
 		}
+		x := r.res.Row
 		switch {
-		case r.res.Row.ReadP == 0 && r.res.Row.WriteP == 0:
+		case quorum && r.figure == "q" && x.ReadP == 0:
 			weak = r.res
-		case r.res.Row.ReadP == 1 && r.res.Row.WriteP == 1:
+		case quorum && r.figure == "q" && x.ReadP == 1 && x.QuorumReads:
+			strong = r.res
+		case !quorum && r.figure == "2" && x.ReadP == 0 && x.WriteP == 0:
+			weak = r.res
+		case !quorum && r.figure == "2" && x.ReadP == 1 && x.WriteP == 1:
 			strong = r.res
 		}
 	}
 	if weak == nil || strong == nil {
+		if quorum {
+			return cpqctl.SLA{}, errors.New("deriving the SLA of --ctl-quorum needs figure q's rows reads weak and reads quorum (or give --sla-latency and --sla-stale)")
+		}
 		return cpqctl.SLA{}, errors.New("deriving the SLA needs figure 2's rows at p = 0 and p = 1 (or give --sla-latency and --sla-stale)")
 	}
 	lw, ls := cpqbench.P95(weak.ReadLat), cpqbench.P95(strong.ReadLat)
-	if ls <= lw || weak.Proportion() == 0 {
-		return cpqctl.SLA{}, fmt.Errorf("no SLA between the levels: read p95 %v at p = 0, %v at p = 1; stale %.4f at p = 0 (give --sla-latency and --sla-stale)", lw, ls, weak.Proportion())
+	sw, ss := weak.Proportion(), strong.Proportion()
+	if ls <= lw || sw <= ss {
+		return cpqctl.SLA{}, fmt.Errorf("no SLA between the levels: read p95 %v and %v, stale %.4f and %.4f (weaker, stronger; give --sla-latency and --sla-stale)", lw, ls, sw, ss)
 	}
-	return cpqctl.SLA{Latency: lw + (ls-lw)*9/10, Stale: weak.Proportion() * 0.6}, nil
+	return cpqctl.SLA{Latency: lw + (ls-lw)*9/10, Stale: ss + (sw-ss)*0.6}, nil
 }
 
 func rowSummary(r *cpqbench.Result) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ func TestBenchCPQBadFlags(t *testing.T) {
 		{[]string{"--period", "1ms"}, "--period"},
 		{[]string{"--sla-stale", "1"}, "--sla-stale"},
 		{[]string{"--figures", "ctl"}, "--sla-latency"},
+		{[]string{"--figures", "2,ctl", "--ctl-quorum"}, "figure q"},
 		{[]string{"--change-at", "1h"}, "--change-at"},
 		{[]string{"--replica-delay", "-1ms"}, "--replica-delay"},
 	} {
@@ -87,5 +89,44 @@ func TestCompareCPQADSkipsUnmeasuredRows(t *testing.T) {
 	rows[1].res.Values = 0
 	if got := compareCPQAD(rows); !strings.Contains(got, "no row of q as fresh") {
 		t.Fatalf("comparison without a measured row of q:\n%s", got)
+	}
+}
+
+// The SLA is derived from the levels the controller tunes between: figure
+// 2's p = 0 and p = 1, or with --ctl-quorum figure q's weak and quorum reads
+// (whose staleness is not 0: the stale bound lies between the two).
+func TestDeriveSLABetweenTheLevels(t *testing.T) {
+	row := func(r cpqbench.Row, values, positive int, readMS int64) *cpqbench.Result {
+		res := &cpqbench.Result{Row: r, ReadLat: loadgen.NewHistogram(), WriteLat: loadgen.NewHistogram(), Values: values, Positive: positive}
+		for range 100 {
+			if err := res.ReadLat.RecordValue(readMS * 1000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res
+	}
+	rows := []cpqRow{
+		{"2", "latest", row(cpqbench.Row{Label: "p=0.00"}, 1000, 40, 2)},
+		{"2", "latest", row(cpqbench.Row{Label: "p=1.00", ReadP: 1, WriteP: 1}, 1000, 0, 102)},
+		{"q", "latest", row(cpqbench.Row{Label: "reads weak"}, 1000, 30, 2)},
+		{"q", "latest", row(cpqbench.Row{Label: "reads quorum", ReadP: 1, QuorumReads: true}, 1000, 10, 12)},
+		{"q", "latest", row(cpqbench.Row{Label: "reads strong", ReadP: 1}, 1000, 0, 52)},
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	within := func(d, want time.Duration) bool { return d >= want-want/100 && d <= want+want/100 }
+	sla, err := deriveSLA(rows, "latest", false)
+	if err != nil || !within(sla.Latency, 92*time.Millisecond) || !near(sla.Stale, 0.024) {
+		t.Fatalf("weak-strong SLA %v, %v; want p95 <= 92ms, stale <= 0.024", sla, err)
+	}
+	sla, err = deriveSLA(rows, "latest", true)
+	if err != nil || !within(sla.Latency, 11*time.Millisecond) || !near(sla.Stale, 0.022) {
+		t.Fatalf("weak-quorum SLA %v, %v; want p95 <= 11ms, stale <= 0.022", sla, err)
+	}
+	rows[3].res.Positive = 30 // quorum reads as stale as weak ones: nothing between
+	if _, err := deriveSLA(rows, "latest", true); err == nil || !strings.Contains(err.Error(), "no SLA between") {
+		t.Fatalf("weak-quorum SLA without a gap: %v", err)
+	}
+	if _, err := deriveSLA(rows[2:], "latest", false); err == nil {
+		t.Fatal("weak-strong SLA without figure 2's rows: no error")
 	}
 }
