@@ -77,7 +77,11 @@ each offered load of --rates (open loop, Poisson arrivals) for --step. Each
 step runs three ways: weak-only (invokeWeak, the paper's C1), strong-only
 (invokeStrong, C2) and invoke (both views, CC). It plots the mean latency of
 the IRL client's views against the total throughput, one figure per
-workload (fig6-a.svg, ...).`,
+workload (fig6-a.svg, ...). Each row also gives the cores this process used
+during the step and the cores' worth it spent runnable but waiting for a CPU
+(Linux schedstat): the replicas, the clients and the emulated links all run
+in this process, so a step whose wait is several times its use saturated on
+the machine, not on the emulated network.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ws, rates, err := f.parse(false)
@@ -100,11 +104,12 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 	}
 	defer y.close()
 	header := []string{"workload", "mode", "rate_per_client", "region", "throughput_total", "throughput_client",
-		"preliminary_mean_ms", "preliminary_p99_ms", "final_mean_ms", "final_p99_ms", "ops", "failed", "dropped"}
+		"preliminary_mean_ms", "preliminary_p99_ms", "final_mean_ms", "final_p99_ms", "ops", "failed", "dropped",
+		"process_cpu_cores", "cpu_wait_cores"}
 	var rows [][]string
 	modes := []loadgen.Mode{loadgen.Weak, loadgen.Strong, loadgen.Invoke}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\toffered/client\tthroughput\tIRL preliminary mean\tIRL final mean\tfinal/preliminary\tfailed\tdropped\t")
+	fmt.Fprintln(tw, "workload\tmode\toffered/client\tthroughput\tIRL preliminary mean\tIRL final mean\tfinal/preliminary\tfailed\tdropped\tcpu used\tcpu wait\t")
 	total := len(ws) * len(modes) * len(rates)
 	n := 0
 	for _, w := range ws {
@@ -134,7 +139,9 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 				if err := y.workload(w, "zipfian", f.valueSize, f.seed+uint64(n)); err != nil {
 					return err
 				}
+				cpu0 := sampleCPU()
 				stats := openLoop(ctx, y.clients, mode, rate, f.step, f.seed+uint64(n))
+				cpuUsed, cpuWait := cpuCells(cpu0.cores(sampleCPU()))
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -148,7 +155,7 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 						f1(float64(s.done.Load()) / s.elapsed.Seconds()),
 						f3(msOf(s.prelim.Mean())), f3(msOf(float64(s.prelim.ValueAtQuantile(99)))),
 						f3(msOf(s.final.Mean())), f3(msOf(float64(s.final.ValueAtQuantile(99)))),
-						itoa(s.done.Load()), itoa(s.failed.Load()), itoa(s.dropped.Load())})
+						itoa(s.done.Load()), itoa(s.failed.Load()), itoa(s.dropped.Load()), cpuUsed, cpuWait})
 					if s.region == "IRL" {
 						irl = s
 					}
@@ -177,7 +184,7 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 						}
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%g\t%.1f\t%.1fms\t%.1fms\t%s\t%d\t%d\t\n", w.Name, mode, rate, thr, pm, fm, ratio, failed, dropped)
+				fmt.Fprintf(tw, "%s\t%s\t%g\t%.1f\t%.1fms\t%.1fms\t%s\t%d\t%d\t%s\t%s\t\n", w.Name, mode, rate, thr, pm, fm, ratio, failed, dropped, cpuUsed, cpuWait)
 			}
 		}
 		for _, name := range []string{modeNames[loadgen.Weak], modeNames[loadgen.Strong], "invoke: preliminary view", "invoke: final view"} {
