@@ -100,11 +100,12 @@ func (c *Cluster) next(cl *client) {
 	})
 }
 
-// serving reports whether clients may send to n: it runs, and if it
-// joined the cluster it has learnt the cluster's state (an operator gives
-// clients a new replica's address once it has joined).
+// serving reports whether clients may send to n: it runs, it does not
+// drain before its removal (it would refuse, and a client goes to another
+// replica), and if it joined the cluster it has learnt the cluster's state
+// (an operator gives clients a new replica's address once it has joined).
 func (c *Cluster) serving(n *Node) bool {
-	if n.Rep == nil {
+	if n.Rep == nil || n.Rep.Draining(n.ID) {
 		return false
 	}
 	if n.joined {

@@ -102,13 +102,18 @@ func (c *Cluster) scheduleMembers() {
 
 // changeMembers picks one change the current configuration allows and
 // proposes it at the leader. Nothing happens without a leader or while a
-// change is in progress (raft takes one at a time).
+// change is in progress (raft takes one at a time). A change that removes
+// a replica drains it first, as member remove does (see removal).
 func (c *Cluster) changeMembers() {
 	lead := c.Leader()
 	if lead == 0 {
 		return
 	}
 	r := c.Node(lead).Rep
+	if c.removal != nil {
+		c.continueRemoval(c.Node(lead))
+		return
+	}
 	if r.Joint() {
 		return
 	}
@@ -135,19 +140,25 @@ func (c *Cluster) changeMembers() {
 		if len(voters) > 3 {
 			cands = append(cands, voters...)
 		}
-		chs = []replica.MemberChange{{Kind: replica.Remove, ID: cands[c.rng.IntN(len(cands))]}}
+		c.startRemoval(c.Node(lead), cands[c.rng.IntN(len(cands))], false)
+		return
 	case p == 3 && canAdd:
-		old := voters[c.rng.IntN(len(voters))]
-		joiner = c.addNode(memberIDsOf(r.Members()))
-		chs = []replica.MemberChange{{Kind: replica.Remove, ID: old}, {Kind: replica.AddVoter, ID: joiner.ID, Addr: simAddr(joiner.ID)}}
+		c.startRemoval(c.Node(lead), voters[c.rng.IntN(len(voters))], true)
+		return
 	default:
 		return
 	}
-	err := r.ProposeMembers(chs)
+	c.proposeChange(c.Node(lead), chs, joiner)
+}
+
+// proposeChange proposes chs at the leader lead and starts joiner, the
+// node chs add (if any).
+func (c *Cluster) proposeChange(lead *Node, chs []replica.MemberChange, joiner *Node) {
+	err := lead.Rep.ProposeMembers(chs)
 	switch {
 	case err == nil:
 		c.MemberChanges++
-		c.kick(c.Node(lead))
+		c.kick(lead)
 	case errors.Is(err, replica.ErrBadMemberChange):
 		c.fail(err) // the choice above is always valid
 		return
@@ -232,11 +243,14 @@ func (c *Cluster) lostWith(committed []history.OpID) []history.Submitted {
 }
 
 // relaxForRemoved returns records for the durability check: a write whose
-// origin was removed (removed holds the ids the cluster removed) and that was acknowledged only by its preliminary
-// view is not required to survive (a weak operation is durable only at its
-// origin until gossip or the log carries it elsewhere, and a removed
-// origin never returns: the same rule as for a replica whose disk is lost).
-// It also returns how many records it relaxed.
+// origin was removed without confirming its drain (c.undrained: the
+// removal went ahead after drainBound; removed holds the ids the cluster
+// removed) and that was acknowledged only by its preliminary view is not
+// required to survive (a weak operation is durable only at its origin
+// until gossip or the log carries it elsewhere, and a removed origin never
+// returns: the same rule as for a replica whose disk is lost). A drained
+// origin's writes are all required. It also returns how many records it
+// relaxed.
 func (c *Cluster) relaxForRemoved(records []history.Record, committed []history.OpID, removed map[uint64]bool) ([]history.Record, int) {
 	in := make(map[history.OpID]bool, len(committed))
 	for _, id := range committed {
@@ -246,7 +260,7 @@ func (c *Cluster) relaxForRemoved(records []history.Record, committed []history.
 	relaxed := 0
 	for i := range records {
 		r := &records[i]
-		if !r.Acked || r.Op.ReadOnly() || r.ID.IsZero() || in[r.ID] || !removed[r.ID.Origin] {
+		if !r.Acked || r.Op.ReadOnly() || r.ID.IsZero() || in[r.ID] || !removed[r.ID.Origin] || !c.undrained[r.ID.Origin] {
 			continue
 		}
 		if slices.ContainsFunc(r.Views, func(v history.View) bool { return v.Final }) {
@@ -259,4 +273,79 @@ func (c *Cluster) relaxForRemoved(records []history.Record, committed []history.
 		relaxed++
 	}
 	return out, relaxed
+}
+
+// drainBound is how long (virtual time) a removal waits for its replica
+// to confirm its drain before it goes ahead without it, as member remove's
+// default bound.
+const drainBound = 10 * time.Second
+
+// removal is a removal in progress: replica id drains (its drain marker
+// committed, then its "drained" marker awaited), then the change is
+// proposed (again every second until id is removed, since raft drops a
+// change while another is in progress). replace adds a new voter in the
+// same change (member replace), created when the change is first proposed.
+type removal struct {
+	id       uint64
+	replace  bool
+	since    int64 // virtual time the drain started
+	chs      []replica.MemberChange
+	joiner   *Node
+	proposed int64 // virtual time of the last proposal of chs, 0 before
+}
+
+// startRemoval starts the removal of id through its drain.
+func (c *Cluster) startRemoval(lead *Node, id uint64, replace bool) {
+	c.removal = &removal{id: id, replace: replace, since: c.now}
+	c.continueRemoval(lead)
+}
+
+// continueRemoval advances the removal in progress at the leader lead:
+// proposes the drain marker until it is applied, then, once the replica is
+// drained (or drainBound passed), the change.
+func (c *Cluster) continueRemoval(lead *Node) {
+	rm, r := c.removal, lead.Rep
+	if slices.Contains(r.RemovedIDs(), rm.id) || !slices.Contains(memberIDsOf(r.Members()), rm.id) {
+		c.removal = nil // done, or a change that is not valid any more
+		return
+	}
+	if rm.chs == nil {
+		switch {
+		case r.Drained(rm.id):
+		case c.now-rm.since >= int64(drainBound):
+			if c.undrained == nil {
+				c.undrained = map[uint64]bool{}
+			}
+			c.undrained[rm.id] = true
+		default:
+			if !r.Draining(rm.id) {
+				if err := r.ProposeDrain(rm.id); errors.Is(err, replica.ErrBadMemberChange) {
+					c.fail(err) // checked above
+					return
+				}
+				c.kick(lead)
+			}
+			return
+		}
+		if r.Joint() {
+			return
+		}
+		rm.chs = []replica.MemberChange{{Kind: replica.Remove, ID: rm.id}}
+		if rm.replace {
+			if len(c.Nodes) >= maxNodes {
+				c.removal = nil
+				return
+			}
+			rm.joiner = c.addNode(memberIDsOf(r.Members()))
+			rm.chs = append(rm.chs, replica.MemberChange{Kind: replica.AddVoter, ID: rm.joiner.ID, Addr: simAddr(rm.joiner.ID)})
+		}
+	} else if r.Joint() || c.now-rm.proposed < int64(time.Second) {
+		return
+	}
+	joiner := rm.joiner
+	if rm.proposed != 0 {
+		joiner = nil // started with the first proposal
+	}
+	rm.proposed = c.now
+	c.proposeChange(lead, rm.chs, joiner)
 }

@@ -38,6 +38,9 @@ type Result struct {
 	// only by their preliminary view that did not survive (allowed, see
 	// Cluster.relaxForRemoved).
 	LostWithRemoved int
+	// Undrained counts the removals that went ahead without the removed
+	// replica's confirmed drain (it was down or cut off for drainBound).
+	Undrained int
 	// Err is the first failed check (nil if all passed).
 	Err error
 }
@@ -109,7 +112,7 @@ func (c *Cluster) Run() Result {
 		}
 	}
 	res.Messages, res.Dropped, res.Snapshots = c.Messages, c.Dropped, c.Snapshots
-	res.MemberChanges, res.Removals = c.MemberChanges, c.Removals
+	res.MemberChanges, res.Removals, res.Undrained = c.MemberChanges, c.Removals, len(c.undrained)
 	for _, n := range c.Nodes {
 		res.Crashes += n.crashes
 		if n.retired {

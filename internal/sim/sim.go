@@ -247,6 +247,11 @@ type Cluster struct {
 	tentativeSeen map[history.OpID]history.Submitted
 	// lostWithRemoved is Result.LostWithRemoved.
 	lostWithRemoved int
+	// removal is the removal in progress: its replica drains first
+	// (members.go). undrained holds the ids removed without a confirmed
+	// drain (past drainBound): only their weak writes may be lost.
+	removal   *removal
+	undrained map[uint64]bool
 }
 
 const epoch = int64(1_700_000_000) * int64(time.Second) // virtual time 0
