@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -149,10 +150,46 @@ func newMemberPromoteCmd(cf *connFlags) *cobra.Command {
 }
 
 func newMemberRemoveCmd(cf *connFlags) *cobra.Command {
-	return newMemberIDCmd(cf, "remove ID", "Remove a replica for good (it stops; its id is never used again)", "removed replica %d",
+	var drain time.Duration
+	cmd := newMemberIDCmd(cf, "remove ID", "Remove a replica for good (it drains, then stops; its id is never used again)", "removed replica %d",
 		func(ctx context.Context, c api.ClusterClient, id uint64) (*api.MemberListReply, error) {
-			return c.MemberRemove(ctx, &api.MemberRemoveRequest{Id: id})
+			return c.MemberRemove(ctx, &api.MemberRemoveRequest{Id: id, DrainTimeoutMs: uint32(drain.Milliseconds())})
 		})
+	cmd.Long = `remove first drains the replica: it refuses new client operations (clients
+go to another replica) and commits every operation it acknowledged; then the
+configuration change removes it, and it stops. A replica that does not
+confirm its drain within --drain-timeout (it is down, or cut off) is removed
+all the same, with a warning: weak writes it acknowledged and had not yet
+gossiped may be lost.`
+	registerDrainFlag(cmd, cf, &drain)
+	return cmd
+}
+
+// maxDrainTimeout bounds --drain-timeout (the request carries milliseconds
+// in 32 bits).
+const maxDrainTimeout = time.Hour
+
+// registerDrainFlag adds --drain-timeout to a command that removes a
+// replica; the command's own bound (--command-timeout) is extended by it,
+// since the command waits for the drain, then for the change.
+func registerDrainFlag(cmd *cobra.Command, cf *connFlags, d *time.Duration) {
+	cmd.Flags().DurationVar(d, "drain-timeout", 10*time.Second,
+		"how long to wait for the removed replica to confirm its drain before removing it without (its un-gossiped weak writes may then be lost)")
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if *d < time.Millisecond || *d > maxDrainTimeout {
+			return fmt.Errorf("--drain-timeout %v: want 1ms to %v", *d, maxDrainTimeout)
+		}
+		cf.commandTimeout += *d
+		return run(cmd, args)
+	}
+}
+
+// printWarning prints the warning of a change's reply, if any.
+func printWarning(w io.Writer, l *api.MemberListReply) {
+	if l.GetWarning() != "" {
+		fmt.Fprintf(w, "warning: %s\n", l.GetWarning())
+	}
 }
 
 // newMemberIDCmd is a member command on one replica, named by the id its
@@ -175,6 +212,7 @@ func newMemberIDCmd(cf *connFlags, use, short, done string, call func(context.Co
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), done+"\n", id)
+			printWarning(cmd.OutOrStdout(), l)
 			printMembers(cmd.OutOrStdout(), l)
 			return nil
 		},
@@ -185,8 +223,9 @@ func newMemberIDCmd(cf *connFlags, use, short, done string, call func(context.Co
 
 func newMemberReplaceCmd(cf *connFlags) *cobra.Command {
 	var (
-		id   uint64
-		addr string
+		id    uint64
+		addr  string
+		drain time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "replace OLD --peer-addr HOST:PORT [--id N]",
@@ -195,7 +234,8 @@ func newMemberReplaceCmd(cf *connFlags) *cobra.Command {
 raft goes through the joint configuration (a quorum of the old voters and
 one of the new) and leaves it by itself, so the cluster never has fewer
 voters. Then start the new replica with serve --join and an empty data
-directory. Until it has caught up, the quorum needs every other voter.`,
+directory. Until it has caught up, the quorum needs every other voter.
+OLD drains first, as with member remove (--drain-timeout).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			old, err := parseMemberID(args[0])
@@ -206,11 +246,12 @@ directory. Until it has caught up, the quorum needs every other voter.`,
 				return fmt.Errorf("member replace: --peer-addr HOST:PORT is required (where the other replicas reach the new one)")
 			}
 			l, err := memberCall(cmd, cf, func(ctx context.Context, c api.ClusterClient) (*api.MemberListReply, error) {
-				return c.MemberReplace(ctx, &api.MemberReplaceRequest{Remove: old, Id: id, PeerAddr: addr})
+				return c.MemberReplace(ctx, &api.MemberReplaceRequest{Remove: old, Id: id, PeerAddr: addr, DrainTimeoutMs: uint32(drain.Milliseconds())})
 			})
 			if err != nil {
 				return err
 			}
+			printWarning(cmd.OutOrStdout(), l)
 			printAdded(cmd.OutOrStdout(), l, id, addr, func(added uint64) string {
 				return fmt.Sprintf("replaced replica %d by replica %d (voter) at %s", old, added, addr)
 			})
@@ -218,6 +259,7 @@ directory. Until it has caught up, the quorum needs every other voter.`,
 		},
 	}
 	registerNewMemberFlags(cmd, &id, &addr)
+	registerDrainFlag(cmd, cf, &drain)
 	cf.registerData(cmd)
 	return cmd
 }

@@ -27,16 +27,21 @@ import (
 // defaultDrainTimeout is Config.DrainTimeout's default.
 const defaultDrainTimeout = 10 * time.Second
 
+// changeMargin is the time a removal keeps for the change itself after
+// the drain, out of the caller's deadline (or half of it, if less).
+const changeMargin = 5 * time.Second
+
 // drainBound is the bound of one removal's drain: the request's, else the
-// server's; at most half of what is left of the caller's deadline, so that
-// the change itself has time.
+// server's; within the caller's deadline, with time left for the change
+// itself (changeMargin).
 func (c clusterService) drainBound(ctx context.Context, ms uint32) time.Duration {
 	bound := c.s.cfg.DrainTimeout
 	if ms > 0 {
 		bound = time.Duration(ms) * time.Millisecond
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		bound = min(bound, time.Until(dl)/2)
+		rem := time.Until(dl)
+		bound = min(bound, max(rem-changeMargin, rem/2))
 	}
 	return bound
 }
