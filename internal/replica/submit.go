@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/correctables/correctables/internal/state"
 )
@@ -109,15 +110,18 @@ func (r *Replica) execRead(op state.Op) state.Result {
 // serveReads answers the strong reads whose read index has been applied,
 // all on one rollback of the tentative list.
 func (r *Replica) serveReads() {
+	// Every Ready comes here: find the due reads first and sort only
+	// those, not every read still waiting for its index.
 	var due []uint64
-	for _, id := range sortedKeys(r.reads) {
-		if pr := r.reads[id]; pr.index != 0 && pr.index <= r.applied {
+	for id, pr := range r.reads {
+		if pr.index != 0 && pr.index <= r.applied {
 			due = append(due, id)
 		}
 	}
 	if len(due) == 0 {
 		return
 	}
+	slices.Sort(due)
 	results := make([]state.Result, len(due))
 	r.withCommitted(func(st *state.State) {
 		for i, id := range due {
