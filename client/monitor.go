@@ -37,6 +37,12 @@ type nodeStats struct {
 	// weak holds round trips of probes and weak reads; strong those of
 	// strong reads, which cost a quorum round more at the leader.
 	weak, strong []rttSample
+	// strongExtra is what a strong read cost more than a probe when strong
+	// reads were last measured: the median strong round trip in the window
+	// less the median weak one, at least 0. It outlives the samples, so
+	// that once no strong read is left in the window a strong read is
+	// estimated from the probes plus this cost.
+	strongExtra time.Duration
 	// stamp merges every stamp seen from the replica: each of its fields
 	// only grows at a replica, so the merge is a stamp it has passed.
 	stamp Stamp
@@ -106,6 +112,28 @@ func (m *Monitor) observeRTT(id uint64, rtt time.Duration, strong bool) {
 		cut++
 	}
 	*p = slices.Delete(*p, 0, cut)
+	if strong {
+		ms, mw := medianIn(n.strong, now, m.window), medianIn(n.weak, now, m.window)
+		if ms > 0 && mw > 0 {
+			n.strongExtra = max(0, ms-mw)
+		}
+	}
+}
+
+// medianIn is the median round trip of the samples in the window at now
+// (0 if none).
+func medianIn(samples []rttSample, now time.Time, window time.Duration) time.Duration {
+	var s []time.Duration
+	for _, x := range samples {
+		if now.Sub(x.at) <= window {
+			s = append(s, x.rtt)
+		}
+	}
+	if len(s) == 0 {
+		return 0
+	}
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // observeStamp merges a stamp seen from replica id.
@@ -140,10 +168,12 @@ func (m *Monitor) Leader() uint64 {
 // PNodeLat estimates the probability that replica id answers a read
 // within latency: the fraction of the window's round trips below it
 // (Pileus §4.5). Strong reads are estimated from the strong reads in the
-// window when there are any; otherwise, like weak reads, from the probes'
-// and weak reads' round trips, which the active probes keep in the window
-// (§4.5: "for nodes that have not been accessed recently, the monitor may
-// send active probes"). Without samples in the window it is 0.
+// window when there are any; otherwise from the probes' and weak reads'
+// round trips, which the active probes keep in the window (§4.5: "for
+// nodes that have not been accessed recently, the monitor may send active
+// probes"), each plus what a strong read cost more than a probe when strong
+// reads were last measured (nothing if never). Without samples in the
+// window it is 0.
 func (m *Monitor) PNodeLat(id uint64, latency time.Duration, strong bool) float64 {
 	p, _, _ := m.pNodeLat(id, latency, strong)
 	return p
@@ -162,24 +192,27 @@ func (m *Monitor) pNodeLat(id uint64, latency time.Duration, strong bool) (p flo
 	if strong {
 		// Strong samples that left the window do not count: a fraction of
 		// none would say the replica never answers in time.
-		if p, in := m.fractionBelow(n.strong, now, latency); in > 0 {
+		if p, in := m.fractionBelow(n.strong, now, latency, 0); in > 0 {
 			return p, in, true
 		}
+		p, in := m.fractionBelow(n.weak, now, latency, n.strongExtra)
+		return p, in, false
 	}
-	p, in := m.fractionBelow(n.weak, now, latency)
+	p, in := m.fractionBelow(n.weak, now, latency, 0)
 	return p, in, false
 }
 
 // fractionBelow returns the fraction of the samples in the window at now
-// below latency, and how many samples are in the window.
-func (m *Monitor) fractionBelow(s []rttSample, now time.Time, latency time.Duration) (float64, int) {
+// that, plus extra, are below latency, and how many samples are in the
+// window.
+func (m *Monitor) fractionBelow(s []rttSample, now time.Time, latency, extra time.Duration) (float64, int) {
 	var in, below int
 	for _, x := range s {
 		if now.Sub(x.at) > m.window {
 			continue
 		}
 		in++
-		if x.rtt < latency {
+		if x.rtt+extra < latency {
 			below++
 		}
 	}
@@ -245,16 +278,5 @@ func (m *Monitor) rtt(id uint64) time.Duration {
 	if n == nil {
 		return 0
 	}
-	now := m.now()
-	var s []time.Duration
-	for _, x := range n.weak {
-		if now.Sub(x.at) <= m.window {
-			s = append(s, x.rtt)
-		}
-	}
-	if len(s) == 0 {
-		return 0
-	}
-	slices.Sort(s)
-	return s[len(s)/2]
+	return medianIn(n.weak, m.now(), m.window)
 }

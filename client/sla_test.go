@@ -97,33 +97,58 @@ func TestPNodeLatWindow(t *testing.T) {
 	}
 }
 
-// An England client whose local replica is the primary, under the
-// password SLA, after its strong reads left the monitor's window (bench
-// pileus: the England password session starts more than a window after
-// the England cart session). The probes still say the primary answers in
-// 1 ms, so the strong read there is worth 1.0 against eventual's 0.5
-// (Pileus §4.5: PNodeLat from the node's round trips; §4.6.1).
+// Clients under the password SLA after their strong reads left the
+// monitor's window (bench pileus: a region's password session starts more
+// than a window after its cart session; the probes go on). A strong read is
+// then estimated from the probes plus what strong reads cost more than
+// probes when last measured (Pileus §4.5: PNodeLat from the node's round
+// trips, the active probes for nodes not accessed recently; §4.6.1).
 func TestSelectTargetStrongSamplesLeftWindow(t *testing.T) {
 	ms := time.Millisecond
-	c := fakeReplicas(t, 1, map[uint64]time.Duration{1: 1 * ms, 2: 149 * ms, 3: 434 * ms}, nil)
-	now := time.Unix(1000, 0)
-	c.mon.now = func() time.Time { return now }
-	for range 5 {
-		c.mon.observeRTT(1, 6*ms, true)
+	cases := []struct {
+		name string
+		// rtts are the probes' round trips; strong the strong reads' at
+		// the primary, replica 1; local is the client's own replica.
+		rtts    map[uint64]time.Duration
+		strong  time.Duration
+		sub     int
+		replica uint64
+		pLat    float64
+	}{
+		// The local replica is the primary: 1 ms probes, 6 ms strong reads.
+		// Before, the strong samples out of the window made PNodeLat 0 and
+		// the client targeted eventual there.
+		{"England: strong at the primary", map[uint64]time.Duration{1: 1 * ms, 2: 149 * ms, 3: 434 * ms}, 6 * ms, 0, 1, 1},
+		// The primary's probes answer in 149 ms, strong reads in 160 ms:
+		// the probes alone would say a strong read meets 150 ms.
+		{"US West: eventual at the local node", map[uint64]time.Duration{1: 149 * ms, 2: 1 * ms, 3: 230 * ms}, 160 * ms, 1, 2, 0},
 	}
-	s := NewSession()
-	if sub, id, _ := c.SelectTarget(s, PasswordSLA, Get("k")); sub != 0 || id != 1 {
-		t.Fatalf("with recent strong reads: target subSLA %d at %d, want 1 at 1", sub+1, id)
-	}
-	now = now.Add(DefaultMonitorWindow + time.Second)
-	for id, rtt := range map[uint64]time.Duration{1: 1 * ms, 2: 149 * ms, 3: 434 * ms} {
-		c.mon.observeRTT(id, rtt, false) // a probe round
-	}
-	if p := c.mon.PNodeLat(1, 150*ms, true); p != 1 {
-		t.Errorf("strong PNodeLat at the primary once its strong samples left the window = %v, want the probes' 1", p)
-	}
-	if sub, id, _ := c.SelectTarget(s, PasswordSLA, Get("k")); sub != 0 || id != 1 {
-		t.Fatalf("strong samples out of the window: target subSLA %d at %d, want 1 at 1", sub+1, id)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fakeReplicas(t, 1, tc.rtts, nil)
+			now := time.Unix(1000, 0)
+			c.mon.now = func() time.Time { return now }
+			for range 5 {
+				c.mon.observeRTT(1, tc.strong, true)
+			}
+			s := NewSession()
+			if sub, id, _ := c.SelectTarget(s, PasswordSLA, Get("k")); sub != tc.sub || id != tc.replica {
+				t.Fatalf("with recent strong reads: target subSLA %d at %d, want %d at %d", sub+1, id, tc.sub+1, tc.replica)
+			}
+			now = now.Add(DefaultMonitorWindow + time.Second)
+			for id, rtt := range tc.rtts {
+				c.mon.observeRTT(id, rtt, false) // a probe round
+			}
+			if p := c.mon.PNodeLat(1, 150*ms, true); p != tc.pLat {
+				t.Errorf("strong PNodeLat(150 ms) at the primary once its strong samples left the window = %v, want %v", p, tc.pLat)
+			}
+			if p := c.mon.PNodeLat(1, time.Second, true); p != 1 {
+				t.Errorf("strong PNodeLat(1 s) at the primary once its strong samples left the window = %v, want 1", p)
+			}
+			if sub, id, _ := c.SelectTarget(s, PasswordSLA, Get("k")); sub != tc.sub || id != tc.replica {
+				t.Fatalf("strong samples out of the window: target subSLA %d at %d, want %d at %d", sub+1, id, tc.sub+1, tc.replica)
+			}
+		})
 	}
 }
 
