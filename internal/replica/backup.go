@@ -27,6 +27,7 @@ func (r *Replica) Backup() (*raftpb.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	data = withoutDrain(data, r.appendDrain(nil))
 	term, err := r.cfg.Storage.Term(r.applied)
 	if err != nil {
 		return nil, fmt.Errorf("replica: backup: term of applied index %d: %w", r.applied, err)

@@ -222,3 +222,14 @@ func (r *Replica) installDrain(draining, drained map[uint64]bool) {
 	r.drain.draining, r.drain.drained = draining, drained
 	r.drain.proposed = false
 }
+
+// withoutDrain returns snapshot data with its drain state (tail, which
+// appendDrain encoded at its end) replaced by none. A backup is restored
+// into a new cluster (snapshot restore): a replica that was draining in
+// the old one must not refuse clients in the new one for ever.
+func withoutDrain(data, tail []byte) []byte {
+	if len(tail) <= 2 {
+		return data // no drain state: two empty sets
+	}
+	return append(data[:len(data)-len(tail):len(data)-len(tail)], 0, 0)
+}

@@ -178,6 +178,18 @@ func TestDrainStateInSnapshots(t *testing.T) {
 		Op: state.Op{Kind: state.OpPut, Key: "k", Value: []byte("v")}}); !errors.Is(err, ErrDraining) {
 		t.Fatalf("replica 2, draining by its snapshot, accepted a client operation: %v", err)
 	}
+	// A backup (restored into a new cluster) leaves the drain state out.
+	bk, err := r.Backup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err = tr.r[3].decodeSnapshot(bk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.draining) != 0 || len(sc.drained) != 0 {
+		t.Fatalf("backup: draining %v drained %v, want none", sc.draining, sc.drained)
+	}
 	// Version 4: the same bytes without the drain state.
 	r.drain = drainState{}
 	v4, err := r.snapshotData()
