@@ -57,4 +57,6 @@
 //	ready.go     Ready and Advance, the driver's side (internal/driver)
 //	snapshot.go  snapshots and their restore
 //	codec.go     encodings of entries, messages and persisted operations
+//	member.go    membership: configuration changes, addresses, removed ids
+//	drain.go     draining a replica before its removal, through the log
 package replica

@@ -30,11 +30,15 @@
 // With Faults.Members the cluster also changes its membership while the
 // faults run (members.go): learners are added (new nodes that start empty
 // and join) and promoted, members removed, and voters replaced through joint
-// consensus. A removed node stops for good once it applies its removal or a
-// replica that applied it refuses its messages, as a server does; a weak
-// write it acknowledged only by its preliminary view and never sent
-// anywhere may be lost with it (the rule for a replica whose disk is lost),
-// and everything else is checked as in any run.
+// consensus. A node is drained before its removal, as member remove does
+// (its drain marker, then its "drained" marker, then the change); a
+// removed node stops for good once it applies its removal or a replica
+// that applied it refuses its messages, as a server does. Only when a
+// removal went ahead without a confirmed drain (the node was down or cut
+// off for 10 s of virtual time) may a weak write it acknowledged only by
+// its preliminary view and never sent anywhere be lost with it (the rule
+// for a replica whose disk is lost); everything else is checked as in any
+// run.
 //
 // TestSimulation runs fixed seeds and fresh ones (logged) over five fault
 // mixes (seed mod 5); TestSimulationMembers runs the membership mix on a
