@@ -125,6 +125,18 @@ func (e *evalCluster) moveLeader(ctx context.Context, region string) error {
 	return e.c.MoveLeader(ctx, lead)
 }
 
+// leaderRegion returns the region of the leader every replica knows, or
+// "none" if they do not agree within ten seconds.
+func (e *evalCluster) leaderRegion(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lead, err := e.c.WaitLeader(ctx)
+	if err != nil || lead < 1 || int(lead) > len(e.c.Regions) {
+		return "none"
+	}
+	return e.c.Regions[lead-1]
+}
+
 // dial returns a client in region `from` that talks to the replica in
 // region `to` only.
 func (e *evalCluster) dial(ctx context.Context, from, to string, opts ...client.Option) (*client.Client, error) {

@@ -81,7 +81,9 @@ workload (fig6-a.svg, ...). Each row also gives the cores this process used
 during the step and the cores' worth it spent runnable but waiting for a CPU
 (Linux schedstat): the replicas, the clients and the emulated links all run
 in this process, so a step whose wait is several times its use saturated on
-the machine, not on the emulated network.`,
+the machine, not on the emulated network. Every step starts with the leader
+in --leader (an overloaded step may have cost it its term); the last column
+is the leader's region after the step.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ws, rates, err := f.parse(false)
@@ -105,11 +107,11 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 	defer y.close()
 	header := []string{"workload", "mode", "rate_per_client", "region", "throughput_total", "throughput_client",
 		"preliminary_mean_ms", "preliminary_p99_ms", "final_mean_ms", "final_p99_ms", "ops", "failed", "dropped",
-		"process_cpu_cores", "cpu_wait_cores"}
+		"process_cpu_cores", "cpu_wait_cores", "leader_after"}
 	var rows [][]string
 	modes := []loadgen.Mode{loadgen.Weak, loadgen.Strong, loadgen.Invoke}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\toffered/client\tthroughput\tIRL preliminary mean\tIRL final mean\tfinal/preliminary\tfailed\tdropped\tcpu used\tcpu wait\t")
+	fmt.Fprintln(tw, "workload\tmode\toffered/client\tthroughput\tIRL preliminary mean\tIRL final mean\tfinal/preliminary\tfailed\tdropped\tcpu used\tcpu wait\tleader after\t")
 	total := len(ws) * len(modes) * len(rates)
 	n := 0
 	for _, w := range ws {
@@ -133,6 +135,16 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 			for _, rate := range rates {
 				n++
 				fmt.Fprintf(progress, "[%d/%d] fig6 workload %s, %s, %g ops/s per client, %v\n", n, total, w.Name, mode, rate, f.step)
+				// An overloaded step can cost the leader its term (its
+				// heartbeats queue behind the load): every step starts
+				// with the leader where --leader puts it, if the cluster
+				// lets it move within a minute (the row says where it was).
+				if err := y.e.moveLeader(ctx, f.leader); err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					fmt.Fprintf(progress, "the leader is not back in %s: %v\n", f.leader, err)
+				}
 				if err := y.redial(ctx); err != nil {
 					return err
 				}
@@ -145,6 +157,7 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 				if err := ctx.Err(); err != nil {
 					return err
 				}
+				leader := y.e.leaderRegion(ctx)
 				var thr float64
 				for _, s := range stats {
 					thr += float64(s.done.Load()) / s.elapsed.Seconds()
@@ -155,7 +168,7 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 						f1(float64(s.done.Load()) / s.elapsed.Seconds()),
 						f3(msOf(s.prelim.Mean())), f3(msOf(float64(s.prelim.ValueAtQuantile(99)))),
 						f3(msOf(s.final.Mean())), f3(msOf(float64(s.final.ValueAtQuantile(99)))),
-						itoa(s.done.Load()), itoa(s.failed.Load()), itoa(s.dropped.Load()), cpuUsed, cpuWait})
+						itoa(s.done.Load()), itoa(s.failed.Load()), itoa(s.dropped.Load()), cpuUsed, cpuWait, leader})
 					if s.region == "IRL" {
 						irl = s
 					}
@@ -184,7 +197,7 @@ func runFig6(ctx context.Context, out, progress io.Writer, f ycsbFlags, ws []loa
 						}
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%g\t%.1f\t%.1fms\t%.1fms\t%s\t%d\t%d\t%s\t%s\t\n", w.Name, mode, rate, thr, pm, fm, ratio, failed, dropped, cpuUsed, cpuWait)
+				fmt.Fprintf(tw, "%s\t%s\t%g\t%.1f\t%.1fms\t%.1fms\t%s\t%d\t%d\t%s\t%s\t%s\t\n", w.Name, mode, rate, thr, pm, fm, ratio, failed, dropped, cpuUsed, cpuWait, leader)
 			}
 		}
 		for _, name := range []string{modeNames[loadgen.Weak], modeNames[loadgen.Strong], "invoke: preliminary view", "invoke: final view"} {
