@@ -314,6 +314,9 @@ func printMembers(w io.Writer, l *api.MemberListReply) {
 		if m.GetId() == l.GetLeader() {
 			role += " (leader)"
 		}
+		if m.GetDraining() {
+			role += " (draining)"
+		}
 		addr := m.GetPeerAddr()
 		if addr == "" {
 			addr = "-"

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/replica"
 )
@@ -81,13 +84,44 @@ func TestMemberRemoveDrainsUngossipedWeakWrites(t *testing.T) {
 }
 
 // A draining replica refuses client operations with Unavailable, saying it
-// drains (api.DrainingMarker), before running them.
+// drains (api.DrainingMarker), before running them; member list shows it
+// draining; the others serve; member remove then finds it drained.
 func TestDrainingReplicaRefusesClients(t *testing.T) {
-	if !strings.Contains(replica.ErrDraining.Error(), api.DrainingMarker) {
-		t.Fatalf("replica.ErrDraining %q does not carry api.DrainingMarker %q", replica.ErrDraining, api.DrainingMarker)
+	dir := t.TempDir()
+	peers := freePeers(t, 3)
+	servers := map[uint64]*Server{}
+	for id := uint64(1); id <= 3; id++ {
+		servers[id] = startOnPebble(t, dir, peers, id, true, nil)
 	}
-	st := toStatus(fmt.Errorf("submit: %w", replica.ErrDraining))
-	if got := st.Error(); !strings.Contains(got, "Unavailable") || !strings.Contains(got, api.DrainingMarker) {
-		t.Fatalf("status of ErrDraining: %s", got)
+	defer func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	strongPutUntilFinal(ctx, t, dial(t, peers[1]), time.Second)
+	if warning, err := (clusterService{s: servers[1]}).drain(ctx, 3, time.Minute); err != nil || warning != "" {
+		t.Fatalf("drain of replica 3: %q %v", warning, err)
+	}
+	// Replica 3 has applied its drain marker (it confirmed its drain).
+	_, err := invoke(ctx, dial(t, peers[3]), &api.InvokeRequest{Op: put("k", "v"), Preliminary: true})
+	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), api.DrainingMarker) {
+		t.Fatalf("a write at draining replica 3: %v, want Unavailable saying %q", err, api.DrainingMarker)
+	}
+	if _, err := invoke(ctx, dial(t, peers[1]), &api.InvokeRequest{Op: put("k", "v"), Preliminary: true}); err != nil {
+		t.Fatalf("a write at replica 1: %v", err)
+	}
+	l, err := dialCluster(t, peers[1]).MemberList(ctx, &api.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range l.GetMembers() {
+		if m.GetDraining() != (m.GetId() == 3) {
+			t.Errorf("member list: replica %d draining %v", m.GetId(), m.GetDraining())
+		}
+	}
+	if l, err := dialCluster(t, peers[1]).MemberRemove(ctx, &api.MemberRemoveRequest{Id: 3}); err != nil || l.GetWarning() != "" {
+		t.Fatalf("member remove of drained replica 3: %v, warning %q", err, l.GetWarning())
 	}
 }

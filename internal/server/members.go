@@ -252,7 +252,7 @@ func (s *Server) memberList(members []replica.Member, removed []uint64) *api.Mem
 		if addr == "" {
 			addr = s.cfg.Peers[m.ID]
 		}
-		out.Members = append(out.Members, &api.Member{Id: m.ID, PeerAddr: addr, Learner: m.Learner})
+		out.Members = append(out.Members, &api.Member{Id: m.ID, PeerAddr: addr, Learner: m.Learner, Draining: s.rep.Draining(m.ID)})
 	}
 	return out
 }
