@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -92,10 +93,21 @@ func AppendReq(b []byte, q *Req) []byte {
 	return b
 }
 
-// reqSizeHint is a capacity for AppendReq's encoding of q.
+// reqSizeHint is a capacity for AppendReq's encoding of q: exact but for
+// the op's (state.OpSizeHint), so that a buffer kept in the raft log or a
+// peer queue carries little unused room.
 func reqSizeHint(q *Req) int {
-	return 4*binary.MaxVarintLen64 + len(q.Ctx)*2*binary.MaxVarintLen64 + state.OpSizeHint(q.Op)
+	op := state.OpSizeHint(q.Op)
+	n := uvarintLen(q.ID.Origin) + uvarintLen(q.ID.Seq) + uvarintLen(q.TS) + 1 +
+		uvarintLen(uint64(len(q.Ctx))) + uvarintLen(uint64(op)) + op
+	for o, s := range q.Ctx {
+		n += uvarintLen(o) + uvarintLen(s)
+	}
+	return n
 }
+
+// uvarintLen is the length of binary.AppendUvarint's encoding of x.
+func uvarintLen(x uint64) int { return 1 + (bits.Len64(x|1)-1)/7 }
 
 // DecodeReq decodes one Req and returns the bytes after it.
 func DecodeReq(b []byte) (*Req, []byte, error) {

@@ -110,6 +110,9 @@ func TestAppendReqLayout(t *testing.T) {
 			if got := AppendReq(slices.Clone(prefix), q); !bytes.Equal(got, append(prefix, want...)) {
 				t.Fatalf("value %d bytes, ctx %v: AppendReq differs from the layout", size, ctx)
 			}
+			if n := reqSizeHint(q); n < len(want) || n > len(want)+16 {
+				t.Fatalf("value %d bytes, ctx %v: size hint %d for %d bytes", size, ctx, n, len(want))
+			}
 			got, rest, err := DecodeReq(want)
 			if err != nil || len(rest) != 0 || got.ID != q.ID || got.TS != q.TS || !maps.Equal(got.Ctx, q.Ctx) || len(got.Op.Value) != size {
 				t.Fatalf("value %d bytes, ctx %v: decoded %+v, rest %d, err %v", size, ctx, got, len(rest), err)
@@ -134,5 +137,14 @@ func TestAppendReqLayout(t *testing.T) {
 	back, err := DecodeMessage(b)
 	if err != nil || !proto.Equal(back.Raft, m.Raft) || !maps.Equal(back.VV, m.VV) {
 		t.Fatalf("round trip: %v", err)
+	}
+}
+
+// TestUvarintLen: uvarintLen is the length binary.AppendUvarint writes.
+func TestUvarintLen(t *testing.T) {
+	for _, x := range []uint64{0, 1, 127, 128, 16383, 16384, 1<<35 - 1, 1 << 35, 1<<63 - 1, 1 << 63, ^uint64(0)} {
+		if got, want := uvarintLen(x), len(binary.AppendUvarint(nil, x)); got != want {
+			t.Errorf("uvarintLen(%d) = %d, want %d", x, got, want)
+		}
 	}
 }
