@@ -233,3 +233,14 @@ func withoutDrain(data, tail []byte) []byte {
 	}
 	return append(data[:len(data)-len(tail):len(data)-len(tail)], 0, 0)
 }
+
+// CheckMembers checks a membership change against the current membership
+// without proposing it (ProposeMembers checks the same): a removal checks
+// its change before it drains the replica, so that a change that cannot
+// be made does not leave a replica draining.
+func (r *Replica) CheckMembers(chs []MemberChange) error {
+	if r.Removed() {
+		return ErrRemoved
+	}
+	return r.checkMemberChanges(chs)
+}

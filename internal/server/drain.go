@@ -46,6 +46,25 @@ func (c clusterService) drainBound(ctx context.Context, ms uint32) time.Duration
 	return bound
 }
 
+// drainFor drains the replica chs removes (the first Remove) unless chs is
+// not a valid change now (the change then fails as it would without a
+// drain, and no replica is left draining).
+func (c clusterService) drainFor(ctx context.Context, chs []replica.MemberChange, ms uint32) (string, error) {
+	i := slices.IndexFunc(chs, func(ch replica.MemberChange) bool { return ch.Kind == replica.Remove })
+	if i < 0 {
+		return "", nil
+	}
+	var cerr error
+	if err := c.s.exec(ctx, func(r *replica.Replica) { cerr = r.CheckMembers(chs) }); err != nil {
+		return "", toStatus(err)
+	}
+	if errors.Is(cerr, replica.ErrBadMemberChange) {
+		// Removed already (a retry) is not an error: change() says so.
+		return "", nil
+	}
+	return c.drain(ctx, chs[i].ID, c.drainBound(ctx, ms))
+}
+
 // drain commits the drain marker of replica id (proposing it again while
 // it is not applied here) and waits until this replica has applied id's
 // "drained" marker, or bound passed. It returns the warning for the reply

@@ -101,27 +101,46 @@ func TestDrainingReplicaRefusesClients(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	strongPutUntilFinal(ctx, t, dial(t, peers[1]), time.Second)
+	// A change that cannot be made drains nobody.
+	_, err := dialCluster(t, peers[1]).MemberReplace(ctx, &api.MemberReplaceRequest{Remove: 3, Id: 2, PeerAddr: "127.0.0.1:1"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("member replace of 3 by member 2: %v, want InvalidArgument", err)
+	}
+	if draining := drainingMembers(ctx, t, peers[1]); len(draining) != 0 {
+		t.Fatalf("an invalid member replace left %v draining", draining)
+	}
 	if warning, err := (clusterService{s: servers[1]}).drain(ctx, 3, time.Minute); err != nil || warning != "" {
 		t.Fatalf("drain of replica 3: %q %v", warning, err)
 	}
 	// Replica 3 has applied its drain marker (it confirmed its drain).
-	_, err := invoke(ctx, dial(t, peers[3]), &api.InvokeRequest{Op: put("k", "v"), Preliminary: true})
+	_, err = invoke(ctx, dial(t, peers[3]), &api.InvokeRequest{Op: put("k", "v"), Preliminary: true})
 	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), api.DrainingMarker) {
 		t.Fatalf("a write at draining replica 3: %v, want Unavailable saying %q", err, api.DrainingMarker)
 	}
 	if _, err := invoke(ctx, dial(t, peers[1]), &api.InvokeRequest{Op: put("k", "v"), Preliminary: true}); err != nil {
 		t.Fatalf("a write at replica 1: %v", err)
 	}
-	l, err := dialCluster(t, peers[1]).MemberList(ctx, &api.MemberListRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range l.GetMembers() {
-		if m.GetDraining() != (m.GetId() == 3) {
-			t.Errorf("member list: replica %d draining %v", m.GetId(), m.GetDraining())
-		}
+	if draining := drainingMembers(ctx, t, peers[1]); len(draining) != 1 || draining[0] != 3 {
+		t.Errorf("member list: draining %v, want [3]", draining)
 	}
 	if l, err := dialCluster(t, peers[1]).MemberRemove(ctx, &api.MemberRemoveRequest{Id: 3}); err != nil || l.GetWarning() != "" {
 		t.Fatalf("member remove of drained replica 3: %v, warning %q", err, l.GetWarning())
 	}
+}
+
+// drainingMembers returns the members that the replica at addr lists as
+// draining.
+func drainingMembers(ctx context.Context, t *testing.T, addr string) []uint64 {
+	t.Helper()
+	l, err := dialCluster(t, addr).MemberList(ctx, &api.MemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, m := range l.GetMembers() {
+		if m.GetDraining() {
+			out = append(out, m.GetId())
+		}
+	}
+	return out
 }

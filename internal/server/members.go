@@ -338,7 +338,7 @@ func (c clusterService) MemberReplace(ctx context.Context, in *api.MemberReplace
 	}
 	chs := []replica.MemberChange{{Kind: replica.Remove, ID: old}, {Kind: replica.AddVoter, ID: id, Addr: in.GetPeerAddr()}}
 	// The voter replaced drains first, as with member remove.
-	warning, err := c.drain(ctx, old, c.drainBound(ctx, in.GetDrainTimeoutMs()))
+	warning, err := c.drainFor(ctx, chs, in.GetDrainTimeoutMs())
 	if err != nil {
 		return nil, err
 	}
@@ -364,11 +364,12 @@ func (c clusterService) MemberPromote(ctx context.Context, in *api.MemberPromote
 // the drain's bound passed (the reply's warning then says so).
 func (c clusterService) MemberRemove(ctx context.Context, in *api.MemberRemoveRequest) (*api.MemberListReply, error) {
 	id := in.GetId()
-	warning, err := c.drain(ctx, id, c.drainBound(ctx, in.GetDrainTimeoutMs()))
+	chs := []replica.MemberChange{{Kind: replica.Remove, ID: id}}
+	warning, err := c.drainFor(ctx, chs, in.GetDrainTimeoutMs())
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.change(ctx, []replica.MemberChange{{Kind: replica.Remove, ID: id}}, func(_ []replica.Member, removed []uint64) bool {
+	out, err := c.change(ctx, chs, func(_ []replica.Member, removed []uint64) bool {
 		return slices.Contains(removed, id)
 	})
 	return withWarning(out, warning), err
