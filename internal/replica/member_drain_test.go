@@ -34,7 +34,7 @@ func (tr *trio) tickExcept(drop func(Message) bool) {
 // acknowledged (preliminary view) and gossiped to nobody: every message
 // from x but raft's is dropped (gossip and the answers to anti-entropy),
 // and the no-op period is too long to commit them.
-func drainSetup(t *testing.T, n int) (tr *trio, x, remover uint64, noGossip func(Message) bool) {
+func drainSetup(t *testing.T, n int, leader bool) (tr *trio, x, remover uint64, noGossip func(Message) bool) {
 	tr = newTrio(t, func(c *Config) { c.NoopTicks = 1 << 30 })
 	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
 		if i > 1000 {
@@ -44,6 +44,9 @@ func drainSetup(t *testing.T, n int) (tr *trio, x, remover uint64, noGossip func
 	}
 	remover = tr.r[1].Leader()
 	x = remover%3 + 1
+	if leader {
+		x, remover = remover, x
+	}
 	noGossip = func(m Message) bool { return m.From == x && m.Type != MsgRaft }
 	for i := range n {
 		if err := tr.r[x].Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Want: WantTentative,
@@ -97,9 +100,16 @@ func removeX(t *testing.T, tr *trio, x, remover uint64, drop func(Message) bool)
 // drain (the control), the removal loses them: the test's setup is one
 // where the drain is what saves them.
 func TestDrainBeforeRemoveCommitsUngossipedWeakWrites(t *testing.T) {
+	for _, leader := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leader=%v", leader), func(t *testing.T) { testDrainBeforeRemove(t, leader) })
+	}
+}
+
+// testDrainBeforeRemove removes a follower, or the leader.
+func testDrainBeforeRemove(t *testing.T, leader bool) {
 	const n = 40
 	t.Run("control: removed without drain", func(t *testing.T) {
-		tr, x, remover, noGossip := drainSetup(t, n)
+		tr, x, remover, noGossip := drainSetup(t, n, leader)
 		removeX(t, tr, x, remover, noGossip)
 		for range 100 {
 			tr.tickExcept(noGossip)
@@ -108,7 +118,7 @@ func TestDrainBeforeRemoveCommitsUngossipedWeakWrites(t *testing.T) {
 			t.Fatalf("all %d weak writes of %d committed without a drain: the setup does not expose the loss", n, x)
 		}
 	})
-	tr, x, remover, noGossip := drainSetup(t, n)
+	tr, x, remover, noGossip := drainSetup(t, n, leader)
 	for i := 0; !tr.r[remover].Drained(x); i++ {
 		if i > 3000 {
 			t.Fatalf("replica %d not drained after 3000 ticks (draining %v, committed %d of %d)",
@@ -210,4 +220,64 @@ func TestDrainStateInSnapshots(t *testing.T) {
 // snapFor wraps snapshot data of r as raft's snapshot at r's applied index.
 func snapFor(r *Replica, data []byte) *raftpb.Snapshot {
 	return &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(r.applied), ConfState: r.confState}}
+}
+
+// A replica that restarts while it drains goes on draining: the state
+// comes from the log it replays. Here replica x applies its drain marker
+// while everything it sends is lost (it proposes nothing that arrives),
+// restarts from its storage and its persisted own operations, and then
+// drains: every one of its weak writes is committed at the others.
+func TestDrainSurvivesRestart(t *testing.T) {
+	const n = 30
+	tr, x, remover, noGossip := drainSetup(t, n, false)
+	fromX := func(m Message) bool { return m.From == x }
+	for i := 0; !tr.r[x].Draining(x); i++ {
+		if i > 3000 {
+			t.Fatalf("replica %d has not applied its drain marker after 3000 ticks", x)
+		}
+		if i%50 == 0 {
+			if err := tr.r[remover].ProposeDrain(x); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr.tickExcept(fromX)
+	}
+	if got := tr.r[remover].committedVV[x]; got != 0 {
+		t.Fatalf("%d operations of replica %d committed while everything it sends is lost", got, x)
+	}
+	var own []*Req
+	for s := uint64(1); s <= n; s++ {
+		q, ok := tr.r[x].Op(OpID{x, s})
+		if !ok {
+			t.Fatalf("replica %d does not hold its operation %d", x, s)
+		}
+		own = append(own, q)
+	}
+	old := tr.r[x]
+	cfg := old.cfg
+	cfg.OwnOps = own
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.r[x] = r
+	if !r.Draining(x) {
+		t.Fatalf("replica %d restarted without its drain state (applied %d)", x, r.applied)
+	}
+	if err := r.Submit(ClientRequest{Client: 2, Seq: 1, Want: WantTentative,
+		Op: state.Op{Kind: state.OpPut, Key: "late", Value: []byte("v")}}); !errors.Is(err, ErrDraining) {
+		t.Fatalf("replica %d, draining after its restart, accepted a client operation: %v", x, err)
+	}
+	for i := 0; !tr.r[remover].Drained(x); i++ {
+		if i > 3000 {
+			t.Fatalf("replica %d not drained after 3000 ticks (committed %d of %d)", x, tr.r[remover].committedVV[x], n)
+		}
+		tr.tickExcept(noGossip)
+	}
+	removeX(t, tr, x, remover, noGossip)
+	for id := uint64(1); id <= 3; id++ {
+		if got := tr.r[id].committedVV[x]; id != x && got != n {
+			t.Errorf("replica %d committed %d of the %d weak writes of removed replica %d", id, got, n, x)
+		}
+	}
 }
