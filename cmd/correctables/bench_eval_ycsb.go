@@ -80,8 +80,8 @@ the IRL client's views against the total throughput, one figure per
 workload (fig6-a.svg, ...). Each row also gives the cores this process used
 during the step and the cores' worth it spent runnable but waiting for a CPU
 (Linux schedstat): the replicas, the clients and the emulated links all run
-in this process, so a step whose wait is several times its use saturated on
-the machine, not on the emulated network. Every step starts with the leader
+in this process, so a step in which it waits for a CPU longer than it runs
+is short of CPU, whatever the emulated network does. Every step starts with the leader
 in --leader (an overloaded step may have cost it its term); the last column
 is the leader's region after the step.`,
 		Args: cobra.NoArgs,
