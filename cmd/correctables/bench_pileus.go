@@ -60,6 +60,7 @@ type pileusConfig struct {
 	seed                uint64
 	parallelRegions     bool
 	traceDecisions      string
+	jitter              time.Duration
 }
 
 func newPileusCmd() *cobra.Command {
@@ -86,7 +87,13 @@ elsewhere the weak one. It prints the average utility per strategy and
 region (Figures 11-12) and Pileus's decisions (Tables 1-2), then runs the
 adaptation experiment of Figure 13 from US West under the password SLA: 300
 ms added to the primary's round trip, then to the local node's, then the
-local node restored, then the primary; utility over time goes to --csv.`,
+local node restored, then the primary; utility over time goes to --csv.
+
+The emulated links have fixed delays unless --jitter J: then each one-way
+delay between two regions is drawn uniformly from [RTT/2-J, RTT/2+J] per
+chunk (bytes never reordered), so a round trip spreads over about
+[RTT-2J, RTT+2J], as on real WAN paths (Pileus ran on real EC2 and Azure
+links). Links within a region keep their fixed 1 ms round trip.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.validate(); err != nil {
@@ -108,6 +115,7 @@ local node restored, then the primary; utility over time goes to --csv.`,
 	f.StringVar(&cfg.csv, "csv", "pileus-adaptation.csv", "file for the adaptation run's utility over time")
 	f.Uint64Var(&cfg.seed, "seed", 1, "seed of the workload")
 	f.BoolVar(&cfg.parallelRegions, "parallel-regions", false, "run the four client regions at once (default: one region at a time, its five strategies at once)")
+	f.DurationVar(&cfg.jitter, "jitter", 0, "jitter of every link between regions: each one-way delay uniform in [RTT/2-J, RTT/2+J] (0: fixed delays)")
 	f.StringVar(&cfg.traceDecisions, "trace-decisions", "", "file to log every target choice of Pileus and Incremental in (the monitor's estimates per subSLA and node) and every Pileus Get's outcome")
 	return cmd
 }
@@ -130,6 +138,9 @@ func (c pileusConfig) validate() error {
 		if _, err := client.NamedSLA(s); err != nil {
 			errs = append(errs, fmt.Errorf("--sla: %w", err))
 		}
+	}
+	if c.jitter < 0 || c.jitter > netem.MaxLatency {
+		errs = append(errs, fmt.Errorf("--jitter %v: want 0 to %v", c.jitter, netem.MaxLatency))
 	}
 	if c.window <= 0 || c.adaptWindow <= 0 || c.warmup < 0 || c.adaptPhase < 0 {
 		errs = append(errs, errors.New("--monitor-window and --adapt-window must be positive, --warmup and --adapt-phase not negative"))
@@ -184,7 +195,7 @@ func startPileusBed(ctx context.Context, errOut io.Writer, cfg pileusConfig) (*p
 	log := slog.New(slog.DiscardHandler)
 	cl, err := cluster.Start(cluster.Options{
 		Dir: dir, Replicas: len(pileusPlacement), WAN: netem.PresetPileus, Placement: pileusPlacement,
-		ClientRegion: "England", NoSync: true, Logger: log,
+		ClientRegion: "England", NoSync: true, Logger: log, Jitter: cfg.jitter,
 		ReplicationDelay: map[uint64]time.Duration{4: 0, 5: 0},
 	})
 	if err != nil {
@@ -210,6 +221,9 @@ func startPileusBed(ctx context.Context, errOut io.Writer, cfg pileusConfig) (*p
 		if b.trace, err = newDecisionLog(cfg.traceDecisions); err != nil {
 			return fail(err)
 		}
+	}
+	if cfg.jitter > 0 {
+		fmt.Fprintf(errOut, "pileus: jitter %v on every link between regions\n", cfg.jitter)
 	}
 	fmt.Fprintf(errOut, "pileus: five replicas up (England x3, US-West, India); moving raft leadership to England replica 1\n")
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)

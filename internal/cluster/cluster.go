@@ -50,6 +50,12 @@ type Options struct {
 	// at most netem.MaxLatency less the link's own; SetReplicationDelay
 	// changes it while the cluster runs. Empty: no delay (the default).
 	ReplicationDelay map[uint64]time.Duration
+	// Jitter, with WAN, spreads the one-way delay of every link between
+	// two distinct regions uniformly over [RTT/2-Jitter, RTT/2+Jitter]
+	// (netem.Config.Jitter; bytes are never reordered), as the delay of a
+	// real WAN path varies. Links within a region and the replication
+	// delay keep fixed delays. Zero: every delay is fixed (the default).
+	Jitter time.Duration
 	// Tick and ElectionTicks tune the replicas (see server.Config).
 	Tick          time.Duration
 	ElectionTicks int
@@ -100,6 +106,9 @@ func Start(opts Options) (*Cluster, error) {
 	}
 	if opts.Replicas < 1 || opts.Replicas > 9 {
 		return nil, fmt.Errorf("cluster: %d replicas; want 1 to 9", opts.Replicas)
+	}
+	if opts.Jitter < 0 || (opts.Jitter > 0 && opts.WAN == "") {
+		return nil, fmt.Errorf("cluster: jitter %v: want a WAN and a jitter not negative", opts.Jitter)
 	}
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
@@ -189,6 +198,16 @@ func Start(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		c.Net = nw
+		if opts.Jitter != 0 {
+			for i, a := range regions {
+				for _, b := range regions[i+1:] {
+					if err := nw.SetJitter(a, b, opts.Jitter); err != nil {
+						nw.Close()
+						return nil, fmt.Errorf("cluster: %w", err)
+					}
+				}
+			}
+		}
 		c.Endpoints = make([]string, n)
 		for j := range n {
 			if c.Endpoints[j], err = nw.Addr(opts.ClientRegion, name(j)); err != nil {

@@ -230,6 +230,23 @@ func (n *Network) SetRTT(a, b string, rtt time.Duration) error {
 	return nil
 }
 
+// SetJitter changes the jitter of the links between regions a and b (both
+// ways, see Config.Jitter) for bytes read from now on. Each one-way delay
+// then spreads over [RTT/2-jitter, RTT/2+jitter], so a round trip over
+// [RTT-2*jitter, RTT+2*jitter].
+func (n *Network) SetJitter(a, b string, jitter time.Duration) error {
+	ps, err := n.between(a, b)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := p.SetJitter(jitter); err != nil {
+			return fmt.Errorf("netem: %s-%s: %w", a, b, err)
+		}
+	}
+	return nil
+}
+
 // Close stops every proxy and waits for their goroutines. It is idempotent.
 func (n *Network) Close() error {
 	n.mu.Lock()

@@ -245,6 +245,13 @@ func (p *Proxy) Latency() time.Duration {
 	return p.latency
 }
 
+// Jitter returns the current jitter.
+func (p *Proxy) Jitter() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.jitter
+}
+
 // SetLatency changes the one-way latency of bytes read from now on. Bytes
 // already in flight keep their delivery time, and bytes are never
 // reordered, so lowering the latency lets the queue drain first, as on a
