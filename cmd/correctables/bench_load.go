@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ type loadFlags struct {
 	readDelay       time.Duration
 	gamma           bool
 	gammaCapacity   int
+	// cpuProfile is where to write a CPU profile of this process.
+	cpuProfile string
 }
 
 // loadPlan is what the flags ask for, checked.
@@ -165,7 +168,7 @@ Gets, writes Puts in every mode. Our rows then show their ratios to etcd's.
 
   correctables bench load --peer etcd --workload w --modes strong,weak --concurrency 16,64,256`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if !cmd.Flags().Changed("cpq-write") {
 				f.cpqWriteP = f.cpqP
 			}
@@ -175,6 +178,17 @@ Gets, writes Puts in every mode. Our rows then show their ratios to etcd's.
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if f.cpuProfile != "" {
+				stopProfile, err := startCPUProfile(f.cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer func() {
+					if perr := stopProfile(); perr != nil && err == nil {
+						err = perr
+					}
+				}()
+			}
 			return runLoad(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), p)
 		},
 	}
@@ -201,6 +215,7 @@ Gets, writes Puts in every mode. Our rows then show their ratios to etcd's.
 	fl.DurationVar(&f.readDelay, "read-delay", 0, "mode cpq: artificial delay before every weak read (CPQ §3.2's comparator)")
 	fl.BoolVar(&f.gamma, "gamma", false, "trace our operations: a running Γ estimate in the progress lines and each row's proportion of positive Γ scores")
 	fl.IntVar(&f.gammaCapacity, "gamma-capacity", 2_000_000, "with --gamma: trace records kept (about 60 bytes each)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the load generator; the cluster too with --in-process) to this file; samples carry the labels system, mode and conc (go tool pprof -tagfocus system=etcd)")
 	return cmd
 }
 
@@ -317,6 +332,8 @@ func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mod
 	if len(t.pids) > 0 {
 		cfg.OnStart, cfg.OnEnd = procs.Begin, func() {}
 	}
+	self := &selfCPU{}
+	cfg.OnStart, cfg.OnEnd = self.wrap(cfg.OnStart, cfg.OnEnd)
 	var gw *gammaWindow
 	if t.trace != nil {
 		gw = newGammaWindow(t.trace)
@@ -335,7 +352,12 @@ func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mod
 			gw.end()
 		}
 	}
-	res, err := loadgen.Run(ctx, t.sys, cfg)
+	var res *loadgen.Result
+	var err error
+	labels := pprof.Labels("system", t.sys.Name(), "mode", string(mode), "conc", strconv.Itoa(conc))
+	pprof.Do(ctx, labels, func(ctx context.Context) {
+		res, err = loadgen.Run(ctx, t.sys, cfg)
+	})
 	if err != nil {
 		if t.procs != nil {
 			if ex := t.procs.exited(); ex != "" {
@@ -348,6 +370,9 @@ func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mod
 		res.Server = procs.End()
 	}
 	fmt.Fprintln(progress, "=>", loadgen.Describe(res))
+	if c, ok := self.perOp(res.Ops); ok {
+		fmt.Fprintf(progress, "   load generator (this process): %.3f CPU ms/op\n", c)
+	}
 	if gw != nil {
 		fmt.Fprintln(progress, "  ", gw.summary())
 	}
@@ -475,4 +500,63 @@ func newEtcdMemberCmd() *cobra.Command {
 	f.StringVar(&m.InitialCluster, "initial-cluster", "", "every member as NAME=PEER-URL, comma-separated")
 	f.StringVar(&m.LogLevel, "log-level", "error", "etcd log level")
 	return cmd
+}
+
+// startCPUProfile starts writing a CPU profile of this process to path; the
+// returned function stops it and closes the file.
+func startCPUProfile(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
+}
+
+// selfCPU measures this process's CPU time over a row's measured window:
+// the load generator's cost (and the cluster's with --in-process).
+type selfCPU struct {
+	start, used time.Duration
+	ok          bool
+}
+
+// wrap returns start and end hooks that also read this process's CPU time.
+func (s *selfCPU) wrap(start, end func()) (func(), func()) {
+	return func() {
+			if start != nil {
+				start()
+			}
+			s.start, s.ok = procSelfCPU()
+		}, func() {
+			if end != nil {
+				end()
+			}
+			if now, ok := procSelfCPU(); ok && s.ok {
+				s.used = now - s.start
+				return
+			}
+			s.ok = false
+		}
+}
+
+// perOp is the CPU milliseconds per operation of the window.
+func (s *selfCPU) perOp(ops uint64) (float64, bool) {
+	if !s.ok || s.used <= 0 || ops == 0 {
+		return 0, false
+	}
+	return float64(s.used.Microseconds()) / 1000 / float64(ops), true
+}
+
+func procSelfCPU() (time.Duration, bool) {
+	d, err := loadgen.ProcCPU(os.Getpid())
+	return d, err == nil
 }
