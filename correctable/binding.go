@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Emitter is the upcall a Binding uses to deliver a view. The binding sets
@@ -47,8 +48,9 @@ type Binding[Op, T any] interface {
 // strongest; otherwise, or if b declares no levels or declares them out of
 // order, the returned Correctable has failed with ErrInvalidLevels.
 //
-// Invoke never blocks. It runs b.Submit on a goroutine that ends when Submit
-// returns. It enforces the contract whatever b does: views at unrequested or
+// Invoke never blocks. It runs b.Submit on a goroutine of its own, which
+// runs nothing else until Submit returns (it may run a later invocation's
+// Submit after, and ends at most 20ms after its last one). It enforces the contract whatever b does: views at unrequested or
 // weaker levels and views after close are dropped (Emit returns the error to
 // the binding); an error from Submit fails the Correctable; if Submit returns
 // nil without the final view the Correctable fails with ErrIncomplete; if ctx
@@ -69,7 +71,7 @@ func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...L
 	c.whenClosed(func() { stop(); cancel() })
 
 	e := &emitter[T]{r: r, levels: levels}
-	go func() {
+	goSubmit(func() {
 		defer cancel()
 		err := b.Submit(sctx, op, levels, e.emit)
 		if err != nil {
@@ -77,8 +79,44 @@ func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...L
 			return
 		}
 		_ = r.Fail(ErrIncomplete) // ErrClosed in the normal case, where the final view closed c
-	}()
+	})
 	return c
+}
+
+// submitIdle is how long a goroutine that ran a Submit waits for the next
+// one before it ends.
+const submitIdle = 20 * time.Millisecond
+
+// idleSubmitters hands a Submit to a goroutine waiting after its previous
+// one; unbuffered, so a send succeeds only if such a goroutine is there.
+var idleSubmitters = make(chan func())
+
+// goSubmit runs f on a goroutine of its own: one that ran an earlier Submit
+// and is waiting for the next, or a new one. A network binding's Submit
+// runs deep (an RPC client's call path), and a new goroutine starts with a
+// small stack that each invocation would grow again by copying; a reused
+// goroutine keeps the stack it grew. Goroutines end after submitIdle
+// without work, so none outlive a burst of invocations by long.
+func goSubmit(f func()) {
+	select {
+	case idleSubmitters <- f:
+	default:
+		go submitter(f)
+	}
+}
+
+func submitter(f func()) {
+	idle := time.NewTimer(submitIdle)
+	for {
+		f()
+		f = nil // let the invocation's closure be collected while waiting
+		idle.Reset(submitIdle)
+		select {
+		case f = <-idleSubmitters:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // InvokeWeak executes op at b's weakest level only: the Correctable receives
