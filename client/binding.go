@@ -183,12 +183,12 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 // request left the client and whether any view arrived, so that the caller
 // knows whether trying elsewhere could run the operation twice.
 func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
-	a := &attempt{}
+	a := newAttempt()
 	ctx, cancel := context.WithCancel(context.WithValue(ctx, attemptKey{}, a))
 	defer cancel() // ends the stream whatever the server still sends
 	stream, err := e.store.Invoke(ctx, req)
 	if a.sent.Load() {
-		n := proto.Size(req)
+		n := size(a.reqBytes.Load(), req)
 		c.stats.bytesSent.Add(uint64(n))
 		tr.BytesSent += n
 	}
@@ -197,6 +197,7 @@ func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeReque
 	}
 	var rd reader
 	for {
+		a.inBytes.Store(-1)
 		rep, err := stream.Recv()
 		if err == io.EOF {
 			return true, rd.viewed, fmt.Errorf("%w: the stream ended without the final view", ErrProtocol)
@@ -204,7 +205,7 @@ func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeReque
 		if err != nil {
 			return true, rd.viewed, errorFromStatus(ctx, err)
 		}
-		n := proto.Size(rep)
+		n := size(a.inBytes.Load(), rep)
 		c.stats.bytesReceived.Add(uint64(n))
 		tr.BytesReceived += n
 		v, last, err := rd.view(rep, ls)

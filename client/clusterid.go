@@ -62,7 +62,27 @@ func WithClusterID(id uint64) Option { return func(c *config) { c.clusterID = id
 func (c *Client) ClusterID() uint64 { return c.pin.id.Load() }
 
 // clusterPin is the cluster id a Client is pinned to (0: none yet).
-type clusterPin struct{ id atomic.Uint64 }
+type clusterPin struct {
+	id atomic.Uint64
+	// text is the pinned id as sent in metadata, formatted once.
+	text atomic.Pointer[pinnedText]
+}
+
+type pinnedText struct {
+	id uint64
+	s  string
+}
+
+// format returns id as api.FormatClusterID does, from a cache of the
+// last one formatted.
+func (p *clusterPin) format(id uint64) string {
+	if t := p.text.Load(); t != nil && t.id == id {
+		return t.s
+	}
+	t := &pinnedText{id: id, s: api.FormatClusterID(id)}
+	p.text.Store(t)
+	return t.s
+}
 
 // dialOptions are the interceptors of the connection to endpoint addr: they
 // send the pinned id with each request and check the id of each reply.
@@ -95,7 +115,7 @@ func (p *clusterPin) outgoing(ctx context.Context) (context.Context, uint64) {
 	if id == 0 {
 		return ctx, 0
 	}
-	return metadata.AppendToOutgoingContext(ctx, api.ClusterIDMetadata, api.FormatClusterID(id)), id
+	return metadata.AppendToOutgoingContext(ctx, api.ClusterIDMetadata, p.format(id)), id
 }
 
 // check pins the cluster id of a reply's header, or fails if it differs

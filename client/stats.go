@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
 )
 
 // Stats counts the Client's operations and the bytes they moved on the
@@ -87,6 +88,25 @@ type attempt struct {
 	// on the replica may execute it, and an update must not be retried
 	// elsewhere.
 	sent atomic.Bool
+	// reqBytes is the request's encoded size, inBytes the last reply's, as
+	// gRPC reports them (so that the Client does not encode them again to
+	// count them); -1 until reported.
+	reqBytes, inBytes atomic.Int64
+}
+
+func newAttempt() *attempt {
+	a := &attempt{}
+	a.reqBytes.Store(-1)
+	a.inBytes.Store(-1)
+	return a
+}
+
+// size returns n if gRPC reported it, otherwise m's encoded size.
+func size(n int64, m proto.Message) int {
+	if n >= 0 {
+		return int(n)
+	}
+	return proto.Size(m)
 }
 
 type attemptKey struct{}
@@ -106,9 +126,11 @@ func (w wireCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	}
 	switch s := s.(type) {
 	case *stats.OutPayload:
+		a.reqBytes.Store(int64(s.Length))
 		a.sent.Store(true)
 		w.c.wireSent.Add(uint64(s.WireLength))
 	case *stats.InPayload:
+		a.inBytes.Store(int64(s.Length))
 		w.c.wireReceived.Add(uint64(s.WireLength))
 	}
 }
