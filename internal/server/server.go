@@ -274,6 +274,11 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// streamWorkers is how many goroutines of the client listener's gRPC server
+// run one stream after another, keeping the stack an Invoke grew; streams
+// beyond them get a goroutine of their own, whose stack grows by copying.
+const streamWorkers = 128
+
 // Start listens and serves; it returns once the listeners are open.
 func (s *Server) Start() error {
 	var err error
@@ -284,7 +289,8 @@ func (s *Server) Start() error {
 	}
 	// The shared listener also carries peer messages (up to
 	// maxPeerMessage); client requests are bounded by state.Limits.
-	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler())},
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler()),
+		grpc.NumStreamWorkers(streamWorkers)},
 		s.clusterServerOptions()...)
 	var creds []grpc.ServerOption
 	if s.cfg.TLS != nil {
