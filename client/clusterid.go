@@ -103,7 +103,8 @@ func (p *clusterPin) dialOptions(addr string) []grpc.DialOption {
 			if err != nil {
 				return nil, err
 			}
-			return &pinnedStream{ClientStream: cs, p: p, addr: addr, sent: sent}, nil
+			a, _ := ctx.Value(attemptKey{}).(*attempt)
+			return &pinnedStream{ClientStream: cs, p: p, addr: addr, sent: sent, a: a}, nil
 		}),
 	}
 }
@@ -134,25 +135,43 @@ func (p *clusterPin) check(addr string, hdr metadata.MD, sent uint64) error {
 	return nil
 }
 
-// pinnedStream checks a stream's header before its first message.
+// pinnedStream checks a stream's header before it delivers the first
+// message or error.
 type pinnedStream struct {
 	grpc.ClientStream
-	p       *clusterPin
-	addr    string
-	sent    uint64
+	p    *clusterPin
+	addr string
+	sent uint64
+	// a is the Invoke attempt, whose wire counter keeps the header; nil
+	// for other streams.
+	a       *attempt
 	checked bool
 }
 
 func (s *pinnedStream) RecvMsg(m any) error {
-	if !s.checked {
-		s.checked = true
-		if hdr, err := s.Header(); err == nil {
-			if cerr := s.p.check(s.addr, hdr, s.sent); cerr != nil {
-				return cerr
-			}
+	if s.checked {
+		return s.ClientStream.RecvMsg(m)
+	}
+	s.checked = true
+	err := s.ClientStream.RecvMsg(m)
+	if cerr := s.p.check(s.addr, s.header(), s.sent); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// header returns the stream's header once RecvMsg returned: the wire
+// counter's copy if it saw one (gRPC hands the header to the stats handler
+// before the message or the end of the stream that follows it), otherwise
+// the stream's (which copies it again).
+func (s *pinnedStream) header() metadata.MD {
+	if s.a != nil {
+		if h := s.a.header.Load(); h != nil {
+			return *h
 		}
 	}
-	return s.ClientStream.RecvMsg(m)
+	h, _ := s.Header()
+	return h
 }
 
 // notRun reports that err is a refusal before the operation ran, so that

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/proto"
 )
@@ -92,6 +93,9 @@ type attempt struct {
 	// gRPC reports them (so that the Client does not encode them again to
 	// count them); -1 until reported.
 	reqBytes, inBytes atomic.Int64
+	// header is the reply's header as gRPC gave it to the stats handler
+	// (its own copy), before the first message or the end of the stream.
+	header atomic.Pointer[metadata.MD]
 }
 
 func newAttempt() *attempt {
@@ -129,6 +133,8 @@ func (w wireCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		a.reqBytes.Store(int64(s.Length))
 		a.sent.Store(true)
 		w.c.wireSent.Add(uint64(s.WireLength))
+	case *stats.InHeader:
+		a.header.Store(&s.Header)
 	case *stats.InPayload:
 		a.inBytes.Store(int64(s.Length))
 		w.c.wireReceived.Add(uint64(s.WireLength))
