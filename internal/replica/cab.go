@@ -75,6 +75,19 @@ func reqSize(q *Req) int {
 // operation (the periodic strong no-op of Creek §4.4): the oldest
 // MaxEntryBytes of them; the next period takes the next.
 func (r *Replica) proposeNoop() {
+	ops := r.tentativeToPropose()
+	if chunks := r.chunks(ops); len(chunks) > 0 {
+		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunks[0]})
+	}
+}
+
+// tentativeToPropose returns the operations this replica holds uncommitted
+// that may go in an entry now, in timestamp order. A strong operation
+// whose causal context this replica does not hold (after a restart lost
+// what gossip had brought) cannot go in, nor anything after it from its
+// origin: commit would skip them anyway. Nor can an own operation a leader
+// has not made durable (proposable), nor one proposed a moment ago.
+func (r *Replica) tentativeToPropose() []*Req {
 	var all []*Req
 	for _, e := range r.tentative {
 		if !e.committed {
@@ -82,9 +95,6 @@ func (r *Replica) proposeNoop() {
 		}
 	}
 	slices.SortFunc(all, compareReq)
-	// A strong operation whose causal context this replica does not hold
-	// (after a restart lost what gossip had brought) cannot go in, nor
-	// anything after it from its origin: commit would skip them anyway.
 	var ops []*Req
 	blocked := map[uint64]bool{}
 	for _, q := range all {
@@ -96,9 +106,7 @@ func (r *Replica) proposeNoop() {
 			ops = append(ops, q)
 		}
 	}
-	if chunks := r.chunks(ops); len(chunks) > 0 {
-		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunks[0]})
-	}
+	return ops
 }
 
 // proposeOwn proposes this replica's own weak operations that no entry

@@ -165,24 +165,7 @@ func (r *Replica) drainTick() {
 // tentative operation that may go in an entry now, in entries of at most
 // MaxEntryBytes.
 func (r *Replica) proposeAllTentative() {
-	var all []*Req
-	for _, e := range r.tentative {
-		if !e.committed {
-			all = append(all, e.req)
-		}
-	}
-	slices.SortFunc(all, compareReq)
-	var ops []*Req
-	blocked := map[uint64]bool{}
-	for _, q := range all {
-		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) || (q.ID.Origin == r.cfg.ID && q.ID.Seq > r.proposable()) {
-			blocked[q.ID.Origin] = true
-			continue
-		}
-		if !r.recentlyProposed(q.ID) {
-			ops = append(ops, q)
-		}
-	}
+	ops := r.tentativeToPropose()
 	for _, chunk := range r.chunks(ops) {
 		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunk})
 	}
