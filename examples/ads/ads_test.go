@@ -75,8 +75,12 @@ func TestFetchAds(t *testing.T) {
 			wrong++
 		}
 	}
-	if got.Rerun != wrong {
-		t.Fatalf("stale preliminary views: %d re-runs, want %d (%+v)", got.Rerun, wrong, got)
+	// Every speculation on a stale profile is re-run. A request whose final
+	// view arrived before its speculation was attached speculates once, on
+	// the final view (a superseded preliminary view is not delivered), so
+	// it is neither stale nor re-run: at most one re-run per wrong user.
+	if got.Rerun > wrong {
+		t.Fatalf("stale preliminary views: %d re-runs, want at most %d (%+v)", got.Rerun, wrong, got)
 	}
 	if got.Rerun == 0 || got.Speculations != uint64(d.Users)+got.Rerun || got.Aborted > got.Rerun {
 		t.Fatalf("stale preliminary views: stats %+v: want each wrong speculation aborted and re-run", got)
