@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +38,8 @@ type cpqFlags struct {
 	replicaDelay                    time.Duration
 	slaLatency                      time.Duration
 	slaStale, ctlP, ctlMaxStep      float64
+	ctlStrongerStale, slaStaleAt    float64
+	ctlZ                            float64
 	ctlWindow                       int
 	settle                          time.Duration
 	seed                            uint64
@@ -126,6 +129,12 @@ func (f cpqFlags) plan() (*cpqPlan, error) {
 		return nil, fmt.Errorf("--ctl-p %v: want 0 to 1", f.ctlP)
 	case f.ctlWindow < 1 || f.ctlWindow > 100:
 		return nil, fmt.Errorf("--ctl-window %d: want 1 to 100 periods", f.ctlWindow)
+	case !(f.ctlStrongerStale >= 0 && f.ctlStrongerStale < 1) && f.ctlStrongerStale != -1:
+		return nil, fmt.Errorf("--ctl-stronger-stale %v: want 0 to less than 1 (or -1: from the levels' rows)", f.ctlStrongerStale)
+	case !(f.ctlZ >= 0 && f.ctlZ <= 10):
+		return nil, fmt.Errorf("--ctl-z %v: want 0 to 10 standard deviations", f.ctlZ)
+	case !(f.slaStaleAt > 0 && f.slaStaleAt < 1):
+		return nil, fmt.Errorf("--sla-stale-at %v: want more than 0 and less than 1 (strictly between the levels)", f.slaStaleAt)
 	case !(f.ctlMaxStep >= 0.01 && f.ctlMaxStep <= 1):
 		return nil, fmt.Errorf("--ctl-max-step %v: want 0.01 to 1", f.ctlMaxStep)
 	case f.settle < 100*time.Millisecond || f.settle > time.Minute:
@@ -212,9 +221,12 @@ last distribution (check it with 'correctables check gamma').`,
 	fl.DurationVar(&f.replicaDelay, "replica-delay", 0, "one-way delay added to every message between replicas in every row (an emulated LAN on loopback)")
 	fl.DurationVar(&f.slaLatency, "sla-latency", 0, "the SLA's read p95 bound (0: derived from figure 2)")
 	fl.Float64Var(&f.slaStale, "sla-stale", 0, "the SLA's stale fraction bound (0: derived from figure 2)")
+	fl.Float64Var(&f.slaStaleAt, "sla-stale-at", 0.6, "where a derived stale bound lies between the stronger level's stale fraction (0) and the weaker level's (1)")
 	fl.Float64Var(&f.ctlP, "ctl-p", 0.5, "the controller's starting p")
 	fl.IntVar(&f.ctlWindow, "ctl-window", 3, "periods the controller's latency and staleness measures span")
-	fl.Float64Var(&f.ctlMaxStep, "ctl-max-step", 0.3, "the largest rise of p in one period (the stale step's ceiling; a latency step is at most 0.1)")
+	fl.Float64Var(&f.ctlMaxStep, "ctl-max-step", 0.5, "the largest rise of p in one period (the stale step's ceiling; a latency step is at most 0.1)")
+	fl.Float64Var(&f.ctlZ, "ctl-z", 1, "standard deviations of the stale count over the bound before the stale step aims at the model's p (0: any excess)")
+	fl.Float64Var(&f.ctlStrongerStale, "ctl-stronger-stale", -1, "how often the stronger level's reads are stale, as a share of the weaker level's, in the controller's model (-1: the ratio of the levels' rows when the command measured them, else 0)")
 	fl.DurationVar(&f.settle, "settle", time.Second, "the running Γ estimate scores a value this long after its write")
 	fl.DurationVar(&f.threshold, "threshold", 0, "Γ scores at or under this do not count (clock error; one clock here)")
 	fl.IntVar(&f.valueSize, "value-size", 128, "value size in bytes")
@@ -329,7 +341,7 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 		if p.figures["ctl"] {
 			sla := cpqctl.SLA{Latency: p.f.slaLatency, Stale: p.f.slaStale}
 			if sla.Latency == 0 || sla.Stale == 0 {
-				if sla, err = deriveSLA(rows, dist, p.f.ctlQuorum); err != nil {
+				if sla, err = deriveSLA(rows, dist, p.f.ctlQuorum, p.f.slaStaleAt, p.f.rate); err != nil {
 					ctlSummary += fmt.Sprintf("controller (%s): not run: %v\n", dist, err)
 					continue
 				}
@@ -338,9 +350,17 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 			if changeAt == 0 {
 				changeAt = p.f.ctlDuration / 2
 			}
+			z := p.f.ctlZ
+			if z == 0 {
+				z = -1 // cpqctl: none
+			}
+			r := p.f.ctlStrongerStale
+			if r < 0 {
+				r = strongerStale(rows, dist, p.f.ctlQuorum)
+			}
 			ccfg := cfg
 			ccfg.Duration = p.f.ctlDuration
-			fmt.Fprintf(progress, "bench cpq: controller, SLA %v, %v more one-way between replicas at %v\n", sla, p.f.changeDelay, changeAt)
+			fmt.Fprintf(progress, "bench cpq: controller, SLA %v, stronger level's staleness %.2f of the weaker's, %v more one-way between replicas at %v\n", sla, r, p.f.changeDelay, changeAt)
 			err = withCPQCluster(ctx, p.f.wan, p.f.replicaDelay, p.f.changeDelay > 0, func(c *cluster.Cluster, eps [][]string) error {
 				h, err := cpqbench.DialViews(ctx, eps, capacity)
 				if err != nil {
@@ -351,7 +371,7 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 					return err
 				}
 				row := cpqbench.Row{Label: "controller", QuorumReads: p.f.ctlQuorum,
-					Controller: &cpqctl.Config{SLA: sla, P: p.f.ctlP, Window: p.f.ctlWindow, MaxStep: p.f.ctlMaxStep}}
+					Controller: &cpqctl.Config{SLA: sla, P: p.f.ctlP, Window: p.f.ctlWindow, MaxStep: p.f.ctlMaxStep, StrongerStale: r, Z: z}}
 				if p.f.changeDelay > 0 {
 					row.Events = []cpqbench.Event{{At: changeAt, Name: fmt.Sprintf("+%v between replicas", p.f.changeDelay), Do: func() error {
 						for id := range len(c.Servers) {
@@ -459,12 +479,73 @@ func writeCPQTrace(path string, h *cpqbench.Hosts) error {
 // with quorum (--ctl-quorum) figure q's reads weak and reads quorum. The
 // latency bound is 90% of the way from the weaker level's read p95 to the
 // stronger's, the stale bound 60% of the way from the stronger level's
-// proportion (0 for the strong level) to the weaker's. The latency bound
+// proportion (0 for the strong level) to the weaker's (staleAt, 0.6 by
+// default: --sla-stale-at). The latency bound
 // sits near the stronger level's because a p95 bound anywhere lower caps p
 // near 0.05 (more strong reads than that put the p95 among them), which no
 // stale bound much under p = 0's allows.
-func deriveSLA(rows []cpqRow, dist string, quorum bool) (cpqctl.SLA, error) {
-	var weak, strong *cpqbench.Result
+func deriveSLA(rows []cpqRow, dist string, quorum bool, staleAt, rate float64) (cpqctl.SLA, error) {
+	weak, strong := levelRows(rows, dist, quorum)
+	if weak == nil || strong == nil {
+		if quorum {
+			return cpqctl.SLA{}, errors.New("deriving the SLA of --ctl-quorum needs figure q's rows reads weak and reads quorum (or give --sla-latency and --sla-stale)")
+		}
+		return cpqctl.SLA{}, errors.New("deriving the SLA needs figure 2's rows at p = 0 and p = 1 (or give --sla-latency and --sla-stale)")
+	}
+	// A level measured by a starved row (the machine did not run its
+	// load) sets no bound: one at load 11 ran 198 of 800 ops/s, with a
+	// read p95 of 7.4 s and no stale value, and the SLA derived from it
+	// was p95 <= 3.5 s.
+	for _, r := range []*cpqbench.Result{weak, strong} {
+		if rate > 0 && r.OpsPerSec() < 0.9*rate {
+			return cpqctl.SLA{}, fmt.Errorf("no SLA from the levels: row %s ran %.0f of %.0f ops/s offered (starved; run again on a quieter machine, or give --sla-latency and --sla-stale)", r.Row.Label, r.OpsPerSec(), rate)
+		}
+	}
+	lw, ls := levelP95(weak), levelP95(strong)
+	sw, ss := weak.Proportion(), strong.Proportion()
+	if ls <= lw || sw <= ss {
+		return cpqctl.SLA{}, fmt.Errorf("no SLA between the levels: read p95 %v and %v, stale %.4f and %.4f (weaker, stronger; give --sla-latency and --sla-stale)", lw, ls, sw, ss)
+	}
+	return cpqctl.SLA{Latency: lw + (ls-lw)*9/10, Stale: ss + (sw-ss)*staleAt}, nil
+}
+
+// levelP95 is a level's typical read p95: the median of its row's
+// per-period p95s (the timeline's, at each tick of the measured window),
+// or the row's p95 without a timeline.
+// The row's p95 is a stall's whenever one stall takes more than 5% of the
+// row's reads: at load 9-10 a weak row's came out at 17 ms and its quorum
+// row's at 10 ms (their p50s 0.25 and 0.34 ms), and no SLA lay between.
+func levelP95(r *cpqbench.Result) time.Duration {
+	var ps []time.Duration
+	for _, pt := range r.Timeline {
+		if pt.T >= 0 && pt.ReadP95 > 0 {
+			ps = append(ps, pt.ReadP95)
+		}
+	}
+	if len(ps) == 0 {
+		return cpqbench.P95(r.ReadLat)
+	}
+	slices.Sort(ps)
+	return ps[len(ps)/2]
+}
+
+// strongerStale is the stronger level's stale fraction as a share of the
+// weaker level's, from the rows of dist the controller tunes between (as
+// deriveSLA finds them), at most 0.9; 0 without them. The controller's
+// stale step uses it (quorum reads are stale about a third as often as
+// weak ones; strong reads with strong writes never).
+func strongerStale(rows []cpqRow, dist string, quorum bool) float64 {
+	weak, strong := levelRows(rows, dist, quorum)
+	if weak == nil || strong == nil || weak.Proportion() <= 0 {
+		return 0
+	}
+	return min(strong.Proportion()/weak.Proportion(), 0.9)
+}
+
+// levelRows finds the rows of the two levels the controller tunes between:
+// figure 2's at p = 0 and p = 1, or with quorum figure q's reads weak and
+// reads quorum.
+func levelRows(rows []cpqRow, dist string, quorum bool) (weak, strong *cpqbench.Result) {
 	for _, r := range rows {
 		if r.dist != dist {
 			continue
@@ -481,18 +562,7 @@ func deriveSLA(rows []cpqRow, dist string, quorum bool) (cpqctl.SLA, error) {
 			strong = r.res
 		}
 	}
-	if weak == nil || strong == nil {
-		if quorum {
-			return cpqctl.SLA{}, errors.New("deriving the SLA of --ctl-quorum needs figure q's rows reads weak and reads quorum (or give --sla-latency and --sla-stale)")
-		}
-		return cpqctl.SLA{}, errors.New("deriving the SLA needs figure 2's rows at p = 0 and p = 1 (or give --sla-latency and --sla-stale)")
-	}
-	lw, ls := cpqbench.P95(weak.ReadLat), cpqbench.P95(strong.ReadLat)
-	sw, ss := weak.Proportion(), strong.Proportion()
-	if ls <= lw || sw <= ss {
-		return cpqctl.SLA{}, fmt.Errorf("no SLA between the levels: read p95 %v and %v, stale %.4f and %.4f (weaker, stronger; give --sla-latency and --sla-stale)", lw, ls, sw, ss)
-	}
-	return cpqctl.SLA{Latency: lw + (ls-lw)*9/10, Stale: ss + (sw-ss)*0.6}, nil
+	return weak, strong
 }
 
 func rowSummary(r *cpqbench.Result) string {
@@ -557,9 +627,10 @@ func controllerSummary(dist string, sla cpqctl.SLA, changeAt time.Duration, chan
 		// violation the change caused, if it caused one; back within:
 		// the first of the periods within both bounds that led to it.
 		at, viol, rec, back := time.Duration(-1), time.Duration(-1), time.Duration(-1), time.Duration(-1)
+		var pAt, pRec float64 // p in force at the change, and when met again
 		for i, pt := range r.Timeline {
 			if pt.Event != "" && at < 0 {
-				at = pt.T
+				at, pAt = pt.T, pt.P
 			}
 			if at < 0 {
 				continue
@@ -568,7 +639,7 @@ func controllerSummary(dist string, sla cpqctl.SLA, changeAt time.Duration, chan
 				viol = pt.T
 			}
 			if pt.T >= at+3*period(r) && pt.Verdict == cpqctl.Met.String() && viol >= 0 && pt.T > viol {
-				rec = pt.T - at
+				rec, pRec = pt.T-at, pt.P
 				back = rec
 				for j := i - 1; j >= 0 && r.Timeline[j].T > viol; j-- {
 					q := r.Timeline[j]
@@ -588,8 +659,8 @@ func controllerSummary(dist string, sla cpqctl.SLA, changeAt time.Duration, chan
 		case rec < 0:
 			fmt.Fprintf(&b, "  after the change at %v: outside the SLA from %v later, not met again\n", at.Round(100*time.Millisecond), (viol - at).Round(100*time.Millisecond))
 		default:
-			fmt.Fprintf(&b, "  after the change at %v: outside the SLA from %v later; within both bounds again from %v and met (three judged periods in a row) %v after the change\n",
-				at.Round(100*time.Millisecond), (viol - at).Round(100*time.Millisecond), back.Round(100*time.Millisecond), rec.Round(100*time.Millisecond))
+			fmt.Fprintf(&b, "  after the change at %v: outside the SLA from %v later; within both bounds again from %v and met (three judged periods in a row) %v after the change; p %.2f at the change, %.2f when met again\n",
+				at.Round(100*time.Millisecond), (viol - at).Round(100*time.Millisecond), back.Round(100*time.Millisecond), rec.Round(100*time.Millisecond), pAt, pRec)
 		}
 	}
 	return b.String()

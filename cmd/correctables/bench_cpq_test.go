@@ -29,6 +29,9 @@ func TestBenchCPQBadFlags(t *testing.T) {
 		{[]string{"--figures", "2,ctl", "--ctl-quorum"}, "figure q"},
 		{[]string{"--change-at", "1h"}, "--change-at"},
 		{[]string{"--replica-delay", "-1ms"}, "--replica-delay"},
+		{[]string{"--sla-stale-at", "1"}, "--sla-stale-at"},
+		{[]string{"--ctl-z", "-1"}, "--ctl-z"},
+		{[]string{"--ctl-stronger-stale", "1"}, "--ctl-stronger-stale"},
 	} {
 		cmd := newCPQCmd()
 		cmd.SetArgs(tc.args)
@@ -46,7 +49,10 @@ func TestControllerSummaryReconvergence(t *testing.T) {
 	r := &cpqbench.Result{ReadLat: loadgen.NewHistogram(), WriteLat: loadgen.NewHistogram()}
 	// Within until the change at 10 s, violated at 13-15 s, met again from 18 s.
 	for i := range 25 {
-		pt := cpqbench.Point{T: time.Duration(i) * time.Second, ReadP95: 50 * time.Millisecond, Stale: 0.01, Verdict: "met"}
+		pt := cpqbench.Point{T: time.Duration(i) * time.Second, P: 0.4, ReadP95: 50 * time.Millisecond, Stale: 0.01, Verdict: "met"}
+		if i >= 14 {
+			pt.P = 0.7
+		}
 		if i == 10 {
 			pt.Event = "+10ms"
 		}
@@ -59,7 +65,7 @@ func TestControllerSummaryReconvergence(t *testing.T) {
 		r.Timeline = append(r.Timeline, pt)
 	}
 	got := controllerSummary("latest", sla, 10*time.Second, true, r)
-	if !strings.Contains(got, "outside the SLA from 3s later; within both bounds again from 6s and met (three judged periods in a row) 8s after the change") {
+	if !strings.Contains(got, "outside the SLA from 3s later; within both bounds again from 6s and met (three judged periods in a row) 8s after the change; p 0.40 at the change, 0.70 when met again") {
 		t.Fatalf("summary:\n%s", got)
 	}
 }
@@ -114,19 +120,60 @@ func TestDeriveSLABetweenTheLevels(t *testing.T) {
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	within := func(d, want time.Duration) bool { return d >= want-want/100 && d <= want+want/100 }
-	sla, err := deriveSLA(rows, "latest", false)
+	sla, err := deriveSLA(rows, "latest", false, 0.6, 0)
 	if err != nil || !within(sla.Latency, 92*time.Millisecond) || !near(sla.Stale, 0.024) {
 		t.Fatalf("weak-strong SLA %v, %v; want p95 <= 92ms, stale <= 0.024", sla, err)
 	}
-	sla, err = deriveSLA(rows, "latest", true)
+	sla, err = deriveSLA(rows, "latest", true, 0.6, 0)
 	if err != nil || !within(sla.Latency, 11*time.Millisecond) || !near(sla.Stale, 0.022) {
 		t.Fatalf("weak-quorum SLA %v, %v; want p95 <= 11ms, stale <= 0.022", sla, err)
 	}
+	// --sla-stale-at 0.8: 80% of the way from the quorum reads' 0.01 to
+	// the weak reads' 0.03.
+	if sla, err := deriveSLA(rows, "latest", true, 0.8, 0); err != nil || !near(sla.Stale, 0.026) {
+		t.Fatalf("weak-quorum SLA at 0.8: %v, %v; want stale <= 0.026", sla, err)
+	}
+	// A level's p95 is the median of its row's windowed p95s: a stall in
+	// two of five windows does not move it.
+	rows[2].res.Timeline = []cpqbench.Point{{T: -time.Second, ReadP95: time.Second}, {T: 0, ReadP95: 2 * time.Millisecond},
+		{T: time.Second, ReadP95: 900 * time.Millisecond}, {T: 2 * time.Second, ReadP95: 3 * time.Millisecond},
+		{T: 3 * time.Second, ReadP95: 800 * time.Millisecond}, {T: 4 * time.Second, ReadP95: time.Millisecond}}
+	if got := levelP95(rows[2].res); got != 3*time.Millisecond {
+		t.Fatalf("weak reads' level p95 %v, want the median 3ms", got)
+	}
+	if sla, err := deriveSLA(rows, "latest", true, 0.6, 0); err != nil || !within(sla.Latency, 11100*time.Microsecond) {
+		t.Fatalf("weak-quorum SLA with the weak row's timeline: %v, %v; want p95 <= 11.1ms", sla, err)
+	}
+	rows[2].res.Timeline = nil
+	// A starved row (no Elapsed here: 0 ops/s) derives nothing.
+	if _, err := deriveSLA(rows, "latest", true, 0.6, 800); err == nil || !strings.Contains(err.Error(), "starved") {
+		t.Fatalf("SLA from starved rows: %v", err)
+	}
+	for _, r := range rows {
+		r.res.Ops, r.res.Elapsed = 8000, 10*time.Second
+	}
+	if _, err := deriveSLA(rows, "latest", true, 0.6, 800); err != nil {
+		t.Fatalf("SLA from rows at 800 ops/s: %v", err)
+	}
+	// The controller's model of the stronger level's staleness: a third
+	// of the weak reads' for quorum reads, none for strong ones.
+	if r := strongerStale(rows, "latest", true); !near(r, 1.0/3) {
+		t.Fatalf("quorum reads' staleness %v of weak reads', want 1/3", r)
+	}
+	if r := strongerStale(rows, "latest", false); r != 0 {
+		t.Fatalf("strong level's staleness %v of the weak level's, want 0", r)
+	}
+	if r := strongerStale(rows[2:], "latest", false); r != 0 {
+		t.Fatalf("without figure 2's rows: %v, want 0", r)
+	}
 	rows[3].res.Positive = 30 // quorum reads as stale as weak ones: nothing between
-	if _, err := deriveSLA(rows, "latest", true); err == nil || !strings.Contains(err.Error(), "no SLA between") {
+	if r := strongerStale(rows, "latest", true); !near(r, 0.9) {
+		t.Fatalf("quorum reads as stale as weak ones: %v, want the cap 0.9", r)
+	}
+	if _, err := deriveSLA(rows, "latest", true, 0.6, 0); err == nil || !strings.Contains(err.Error(), "no SLA between") {
 		t.Fatalf("weak-quorum SLA without a gap: %v", err)
 	}
-	if _, err := deriveSLA(rows[2:], "latest", false); err == nil {
+	if _, err := deriveSLA(rows[2:], "latest", false, 0.6, 0); err == nil {
 		t.Fatal("weak-strong SLA without figure 2's rows: no error")
 	}
 }

@@ -278,14 +278,33 @@ type periodStats struct {
 	mu    sync.Mutex
 	reads *hdrhistogram.Histogram
 	ops   uint64
+	// bound is the controller's latency bound (0 without one); levels
+	// counts the period's reads at each level and those over the bound.
+	bound  time.Duration
+	levels levelCounts
 }
 
-func (p *periodStats) swap() (*hdrhistogram.Histogram, uint64) {
+// levelCounts counts reads at the weaker and the stronger level (strong or
+// quorum) and those of them slower than the controller's latency bound:
+// the controller tells a stall (weak reads slow too) from reads at the
+// stronger level that are too many.
+type levelCounts struct {
+	weak, weakSlow, strong, strongSlow int
+}
+
+func (l *levelCounts) add(o levelCounts) {
+	l.weak += o.weak
+	l.weakSlow += o.weakSlow
+	l.strong += o.strong
+	l.strongSlow += o.strongSlow
+}
+
+func (p *periodStats) swap() (*hdrhistogram.Histogram, uint64, levelCounts) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h, n := p.reads, p.ops
-	p.reads, p.ops = loadgen.NewHistogram(), 0
-	return h, n
+	h, n, l := p.reads, p.ops, p.levels
+	p.reads, p.ops, p.levels = loadgen.NewHistogram(), 0, levelCounts{}
+	return h, n, l
 }
 
 // Run runs one row on the hosts and scores its window from the hosts'
@@ -315,7 +334,12 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 		if ctl, err = cpqctl.New(ccfg); err != nil {
 			return nil, err
 		}
-		row.ReadP, row.WriteP = ctl.P(), ctl.P()
+		// Reads follow p; so do updates, except over weak-quorum reads,
+		// where they keep the row's WriteP (weak).
+		row.ReadP = ctl.P()
+		if !row.QuorumReads {
+			row.WriteP = ctl.P()
+		}
 		p0 = ctl.P()
 	}
 	policies := make([]*client.CPQ, len(h.Clients))
@@ -327,10 +351,14 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 		}
 	}
 	res := &Result{Row: row, ReadLat: loadgen.NewHistogram(), WriteLat: loadgen.NewHistogram()}
+	var bound time.Duration // the controller's latency bound, for its level counts
+	if row.Controller != nil {
+		bound = row.Controller.SLA.Latency
+	}
 	var (
 		measuring   atomic.Bool
 		mu          sync.Mutex // guards res's counters and histograms
-		period      = &periodStats{reads: loadgen.NewHistogram()}
+		period      = &periodStats{reads: loadgen.NewHistogram(), bound: bound}
 		outstanding = make([]atomic.Int64, len(h.Clients))
 		wg          sync.WaitGroup
 	)
@@ -342,9 +370,21 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 		}
 		us := max(v.Elapsed.Microseconds(), 1)
 		if err == nil && read {
+			slow := period.bound > 0 && v.Elapsed > period.bound
 			period.mu.Lock()
 			period.reads.RecordValue(us)
 			period.ops++
+			if v.Level == correctable.Strong || v.Level == client.Quorum {
+				period.levels.strong++
+				if slow {
+					period.levels.strongSlow++
+				}
+			} else {
+				period.levels.weak++
+				if slow {
+					period.levels.weakSlow++
+				}
+			}
 			period.mu.Unlock()
 		} else if err == nil {
 			period.mu.Lock()
@@ -463,6 +503,7 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 		window = row.Controller.Window
 	}
 	var recent []*hdrhistogram.Histogram
+	var recentLevels []levelCounts
 	tick := time.NewTicker(cfg.Period)
 	defer tick.Stop()
 	warmEnd := start.Add(cfg.Warmup)
@@ -498,25 +539,30 @@ loop:
 				online.Add(opOf(r))
 			}
 			counts := online.Collect(now.UnixNano())
-			hist, nops := period.swap()
+			hist, nops, levels := period.swap()
 			recent = append(recent, hist)
+			recentLevels = append(recentLevels, levels)
 			if len(recent) > window {
 				recent = recent[1:]
+				recentLevels = recentLevels[1:]
 			}
-			span := len(recent)
+			span := 1 // without a controller, this period's (as Point says)
 			if ctl != nil {
-				span = min(span, ctl.Span())
+				span = min(len(recent), ctl.Span())
 			}
 			merged := loadgen.NewHistogram()
-			for _, x := range recent[len(recent)-span:] {
-				merged.Merge(x)
+			var lv levelCounts
+			for i := len(recent) - span; i < len(recent); i++ {
+				merged.Merge(recent[i])
+				lv.add(recentLevels[i])
 			}
 			pt := Point{T: t, P: p0, ReadP95: P95(merged), Stale: counts.Proportion(), OpsPerS: float64(nops) / cfg.Period.Seconds()}
 			if counts.Values == 0 {
 				pt.Stale = -1
 			}
 			if ctl != nil {
-				d := ctl.Step(cpqctl.Observation{P95: P95(merged), Values: counts.Values, Positive: counts.Positive})
+				d := ctl.Step(cpqctl.Observation{P95: P95(merged), Values: counts.Values, Positive: counts.Positive,
+					WeakReads: lv.weak, WeakSlow: lv.weakSlow, StrongReads: lv.strong, StrongSlow: lv.strongSlow})
 				wp := d.P
 				if row.QuorumReads {
 					wp = row.WriteP

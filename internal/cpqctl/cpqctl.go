@@ -21,22 +21,54 @@
 // caller's, over the last Span periods):
 //
 //	stale over X, latency within L   p += clamp(p_X - p, MinStep, MaxStep)
-//	latency over L, stale within X   p -= clamp(Gain*e_l, MinStep, MaxLatencyStep), e_l = (p95-L)/L
+//	latency over L, stale within X   p -= clamp(p - p_L, MinStep, MaxLatencyStep)
+//	                                 (without the levels' counts: clamp(Gain*(p95-L)/L, ...))
+//	latency over L at the weaker level alone, stale within X
+//	                                 hold p; count the period as infeasible
+//	latency over L at the weaker level alone, stale over X
+//	                                 the stale step; count the period as infeasible
 //	both within                      hold p
 //	both over                        hold p; count the period as infeasible
 //
-// p_X is where a model of the stale fraction puts the bound: a read at the
-// stronger level is fresh, so the stale fraction falls in proportion to the
-// reads left at the weaker level, stale(p) = s0*(1-p); through the measured
-// point, stale(p_X) = Margin*X at p_X = 1 - (1-p)*Margin*X/stale. One step
-// goes most of the way there rather than a fixed gain's fraction of it. The
-// latency bound has no such model (the p95 jumps to the stronger level's
-// once about 5% of reads take it, and a stall of the machine moves it
-// whatever p is), so its step is proportional, with a lower ceiling. The
-// floor makes a small, persistent violation still move p; the ceilings
-// keep one noisy window from swinging p across the range.
+// p_X is where a model of the stale fraction puts the bound: the stale
+// fraction falls in proportion to the reads moved to the stronger level,
+// whose reads are StrongerStale times as often stale as the weaker level's
+// (0: always fresh), stale(p) = s0*(1-(1-r)*p); through the measured point,
+// stale(p_X) = Margin*X at p_X = (1 - Margin*X/s0)/(1-r). One step goes
+// most of the way there rather than a fixed gain's fraction of it.
 //
-// After p rises, the measurements start again: the window is emptied and
+// p_L is where a model of the latency puts the bound. The p95 is over L
+// when more than 5% of reads are slower than L, and a read is one of a
+// mixture: with f_w and f_s the shares of the weaker and the stronger
+// level's reads slower than L in the window (Observation's level counts),
+// (1-p)*f_w + p*f_s of all reads are, which is Margin*5% at
+// p_L = (Margin*0.05 - f_w)/(f_s - f_w). If the weaker level's reads alone
+// are over L in more than 5% of cases (f_w > 0.05), no p brings the p95
+// under L: a stall of the machine slows every read, whatever p is. Then p
+// holds (or follows the stale bound alone, if that is violated too), and
+// the period counts towards "infeasible" as latency over L at p = 0 does; stepping down there (the earlier rule) only brought back the
+// staleness, and p had to climb again after the stall. Without the levels'
+// counts the step is proportional. The latency step keeps a lower ceiling
+// (one noisy window should not swing p across the range). The floor makes
+// a small, persistent violation still move p.
+//
+// The window holds a few hundred scored values, and the count of stale
+// ones among them is noisy: at the bound X its standard deviation is about
+// sqrt(X*values) (a Poisson count's), 20-45% of it at the bench's 160
+// values a period. A step to p_X on a count within Z (default 1) standard
+// deviations over the bound would follow that noise, and since only the
+// latency bound lowers p, p would ratchet up on false alarms while that
+// bound is slack (0.50 -> 0.77 -> 0.94 -> 1 in 4 s in one run); within
+// them, p rises by MinStep only, so a small persistent violation still
+// moves it (without restarting the window: a rise that small leaves the
+// window's values as good as they were). With the gate the stale step's
+// ceiling is 0.5 (it was 0.3): after a latency change the first window
+// over the bound mixes periods from before it, the model underestimates
+// s0, and a ceiling of 0.3 cut the step short again (0.26 -> 0.56 where
+// the model aimed at 0.74), leaving a residual violation too small for
+// the gate to see in one or two periods' values.
+//
+// After p rises by more than MinStep, the measurements start again: the window is emptied and
 // the next Hold periods are ignored, because the values they score were
 // written under the old p (the caller scores a value a fixed time after
 // its write, Hold periods' worth). Without that, a window still full of
@@ -82,7 +114,7 @@ type Config struct {
 	// summed over (default 3).
 	Window int
 	// Gain, MinStep, MaxStep and MaxLatencyStep shape the steps
-	// (defaults 0.1, 0.01, 0.3 for the stale step and 0.1 for the latency
+	// (defaults 0.1, 0.01, 0.5 for the stale step and 0.1 for the latency
 	// step); Margin is where the stale step aims, as a fraction of the
 	// bound (default 0.8).
 	Gain, MinStep, MaxStep, MaxLatencyStep, Margin float64
@@ -95,7 +127,21 @@ type Config struct {
 	// Patience is the number of consecutive periods a verdict needs
 	// (default 3).
 	Patience int
+	// Z is how far over the stale bound, in standard deviations of the
+	// count of stale values at the bound (sqrt(X*values), a Poisson
+	// count's), the window's stale count must be for the stale step to aim
+	// at p_X; a smaller excess moves p by MinStep (default 1; -1 for 0,
+	// every excess aims).
+	Z float64
+	// StrongerStale is how often reads at the stronger level are stale,
+	// as a fraction of how often the weaker level's are (0, the default:
+	// never, as strong reads; quorum reads are stale about a third as
+	// often as weak ones). It shapes the stale step's model; less than 1.
+	StrongerStale float64
 }
+
+// tail is the share of reads a p95 leaves above it.
+const tail = 0.05
 
 // ErrConfig is returned by New for an invalid configuration.
 var ErrConfig = errors.New("cpqctl: invalid config")
@@ -108,6 +154,11 @@ type Observation struct {
 	// Values and Positive are the values the Γ estimate scored in this
 	// period and those of them with a positive score.
 	Values, Positive int
+	// WeakReads and StrongReads count the reads at the weaker and the
+	// stronger level over the same periods as P95, WeakSlow and StrongSlow
+	// those of them slower than the SLA's latency bound. Optional (all 0:
+	// the latency step is proportional, and a stall is not told apart).
+	WeakReads, WeakSlow, StrongReads, StrongSlow int
 }
 
 // Verdict is the controller's judgement of the SLA.
@@ -158,6 +209,7 @@ type Controller struct {
 	p      float64
 	window []Observation // the last Window observations since p moved, oldest first
 	hold   int           // periods still to ignore
+	since  int           // judged periods since p last moved by more than MinStep (the p95's span)
 	ok     int           // consecutive periods within the SLA
 	bad    int           // consecutive periods judged infeasible
 	last   Decision
@@ -178,7 +230,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.MinStep = 0.01
 	}
 	if cfg.MaxStep == 0 {
-		cfg.MaxStep = 0.3
+		cfg.MaxStep = 0.5
 	}
 	if cfg.MaxLatencyStep == 0 {
 		cfg.MaxLatencyStep = 0.1
@@ -194,6 +246,12 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.MinValues == 0 {
 		cfg.MinValues = 50
+	}
+	switch cfg.Z {
+	case 0:
+		cfg.Z = 1
+	case -1:
+		cfg.Z = 0
 	}
 	if cfg.Patience == 0 {
 		cfg.Patience = 3
@@ -226,6 +284,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MinValues < 1 {
 		errs = append(errs, fmt.Errorf("min values %d: want 1 or more", cfg.MinValues))
 	}
+	if !(cfg.Z >= 0 && cfg.Z <= 10) {
+		errs = append(errs, fmt.Errorf("z %v: want -1 (none) to 10", cfg.Z))
+	}
+	if !(cfg.StrongerStale >= 0 && cfg.StrongerStale < 1) {
+		errs = append(errs, fmt.Errorf("stronger level's staleness %v: want 0 to less than 1", cfg.StrongerStale))
+	}
 	if cfg.Patience < 1 || cfg.Patience > 1000 {
 		errs = append(errs, fmt.Errorf("patience %d: want 1 to 1000", cfg.Patience))
 	}
@@ -242,17 +306,43 @@ func (c *Controller) P() float64 { return c.p }
 func (c *Controller) Last() Decision { return c.last }
 
 // Span is the number of periods, this one included, that the next Step's
-// Observation.P95 should cover: those since p last rose (after the held
-// ones), at most Window.
+// Observation.P95 (and the level counts) should cover: those since p last
+// moved by more than MinStep (after the held ones), at most Window. The
+// stale window is kept after p falls, the p95's is not: reads answer at
+// once at the new p, and a p95 that still holds periods from before the
+// fall keeps stepping p down (0.83 -> 0.43 in four periods in one run).
 func (c *Controller) Span() int {
 	if c.hold > 0 {
 		return 1
 	}
-	return min(len(c.window)+1, c.cfg.Window)
+	return min(c.since+1, c.cfg.Window)
 }
 
 func (c *Controller) clamp(step, ceiling float64) float64 {
 	return min(max(step, c.cfg.MinStep), ceiling)
+}
+
+// latencyStep is how far p falls for a p95 over the bound, or hold (with
+// the reason) when the weaker level's reads alone are over it.
+func (c *Controller) latencyStep(o Observation) (step float64, hold bool, why string) {
+	if o.WeakReads+o.StrongReads == 0 {
+		return c.clamp(c.cfg.Gain*float64(o.P95-c.cfg.SLA.Latency)/float64(c.cfg.SLA.Latency), c.cfg.MaxLatencyStep), false, ""
+	}
+	var fw, fs float64
+	if o.WeakReads > 0 {
+		fw = float64(o.WeakSlow) / float64(o.WeakReads)
+	}
+	if o.StrongReads > 0 {
+		fs = float64(o.StrongSlow) / float64(o.StrongReads)
+	}
+	if fw > tail {
+		return 0, true, fmt.Sprintf("p95 %v over %v at the weaker level alone (%.1f%% of its reads over the bound) at p = %.2f", o.P95, c.cfg.SLA.Latency, 100*fw, c.p)
+	}
+	target := 0.0
+	if fs > fw {
+		target = (c.cfg.Margin*tail - fw) / (fs - fw)
+	}
+	return c.clamp(c.p-target, c.cfg.MaxLatencyStep), false, ""
 }
 
 // Step takes one period's observation and returns the decision.
@@ -282,24 +372,46 @@ func (c *Controller) Step(o Observation) Decision {
 	d.StaleOK = d.Stale <= sla.Stale
 	d.LatencyOK = o.P95 <= sla.Latency
 	infeasible := ""
+	_, stalled, stall := c.latencyStep(o)
+	stalled = stalled && !d.LatencyOK
 	switch {
 	case d.StaleOK && d.LatencyOK:
-	case !d.StaleOK && !d.LatencyOK:
+	case !d.StaleOK && !d.LatencyOK && !stalled:
 		infeasible = fmt.Sprintf("both bounds violated at p = %.2f (stale %.4f, p95 %v)", c.p, d.Stale, o.P95)
 	case !d.StaleOK:
+		// Latency within, or over at the weaker level alone (a stall,
+		// which no p mends): the stale bound decides.
 		if c.p >= 1 {
 			infeasible = fmt.Sprintf("stale %.4f over %.4f at p = 1", d.Stale, sla.Stale)
+		} else if stalled {
+			infeasible = stall
 		}
-		target := 1 - (1-c.p)*c.cfg.Margin*sla.Stale/d.Stale
+		r := c.cfg.StrongerStale
+		s0 := d.Stale / (1 - (1-r)*c.p)
+		target := (1 - c.cfg.Margin*sla.Stale/s0) / (1 - r)
+		atBound := sla.Stale * float64(values)
+		if float64(positive)-atBound <= c.cfg.Z*math.Sqrt(atBound) {
+			target = c.p // within the count's noise of the bound: the floor
+		}
 		c.p = min(1, c.p+c.clamp(target-c.p, c.cfg.MaxStep))
 	default:
+		step, hold, why := c.latencyStep(o)
 		if c.p <= 0 {
 			infeasible = fmt.Sprintf("p95 %v over %v at p = 0", o.P95, sla.Latency)
+		} else if hold {
+			infeasible = why
 		}
-		c.p = max(0, c.p-c.clamp(c.cfg.Gain*float64(o.P95-sla.Latency)/float64(sla.Latency), c.cfg.MaxLatencyStep))
+		if !hold {
+			c.p = max(0, c.p-step)
+		}
 	}
-	if c.p > d.P {
+	c.since++
+	if c.p > d.P+c.cfg.MinStep*(1+1e-9) {
+		// More than the floor: the window's values are the old p's.
 		c.window, c.hold = c.window[:0], c.cfg.Hold
+		c.since = 0
+	} else if c.p < d.P-c.cfg.MinStep*(1+1e-9) {
+		c.since = 0
 	}
 	d.P = c.p
 	if d.StaleOK && d.LatencyOK {

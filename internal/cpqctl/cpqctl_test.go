@@ -181,7 +181,7 @@ func TestFollowsAChangeWithLag(t *testing.T) {
 }
 
 func TestHoldsAfterARise(t *testing.T) {
-	c, _ := New(Config{SLA: SLA{Latency: time.Second, Stale: 0.05}, P: 0.2, Hold: 2})
+	c, _ := New(Config{SLA: SLA{Latency: time.Second, Stale: 0.05}, P: 0.2, Hold: 2, MaxStep: 0.3})
 	d := c.Step(Observation{P95: time.Millisecond, Values: 100, Positive: 20})
 	// stale 0.2 at p = 0.2: the model puts 0.8*0.05 at 1 - 0.8*0.04/0.2 = 0.84,
 	// more than MaxStep away.
@@ -205,5 +205,268 @@ func TestHoldsAfterARise(t *testing.T) {
 	}
 	if d := c.Step(Observation{P95: time.Millisecond, Values: 60, Positive: 0}); d.P <= 0.2 || c.Span() != 1 {
 		t.Fatalf("120 values, 30 positive: %+v (span %d), want p up", d, c.Span())
+	}
+}
+
+// mixPlant is a model of CPQ between weak and quorum reads that reports
+// the levels' counts: weak reads take weak (stall: a share stall of them
+// take 50 ms); quorum reads take quick, except a share tailShare of them
+// spread evenly up to quick+spread (a quorum read sometimes waits for a
+// replica to catch up). Weak reads are stale in s0 of values, quorum reads
+// r times as often.
+type mixPlant struct {
+	s0, r               float64
+	weak, quick, spread time.Duration
+	tailShare, stall    float64
+	bound               time.Duration // the SLA's latency bound, for the counts
+	values, reads       int
+}
+
+// slowQuorum is the share of quorum reads slower than v.
+func (pl mixPlant) slowQuorum(v time.Duration) float64 {
+	if v < pl.quick {
+		return 1
+	}
+	return pl.tailShare * max(0, 1-float64(v-pl.quick)/float64(pl.spread))
+}
+
+func (pl mixPlant) observe(p, stalePrev float64) Observation {
+	// The p95: the latency v where (1-p)*weak share + p*quorum share over
+	// v is 5%, found by bisection on the model.
+	over := func(v time.Duration) float64 {
+		w := 0.0
+		if v < pl.weak {
+			w = 1
+		} else if v < 50*time.Millisecond {
+			w = pl.stall
+		}
+		return (1-p)*w + p*pl.slowQuorum(v)
+	}
+	lo, hi := time.Duration(0), time.Second
+	for hi-lo > time.Microsecond {
+		if mid := (lo + hi) / 2; over(mid) > tail {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	wr := int(math.Round((1 - p) * float64(pl.reads)))
+	sr := pl.reads - wr
+	ws := 0
+	if pl.weak > pl.bound {
+		ws = wr
+	} else if pl.bound < 50*time.Millisecond {
+		ws = int(math.Round(pl.stall * float64(wr)))
+	}
+	stale := pl.s0 * (1 - (1-pl.r)*stalePrev)
+	return Observation{P95: hi, Values: pl.values, Positive: int(math.Round(stale * float64(pl.values))),
+		WeakReads: wr, WeakSlow: ws, StrongReads: sr, StrongSlow: int(math.Round(pl.slowQuorum(pl.bound) * float64(sr)))}
+}
+
+// runMix steps c through plants[i] in period i; the staleness a period
+// scores is that of the period before, its plant and its p (the bench
+// scores a value a period after its write).
+func runMix(c *Controller, plants []mixPlant) []Decision {
+	var ds []Decision
+	prev, prevPlant := c.P(), plants[0]
+	for _, pl := range plants {
+		o := pl.observe(c.P(), prev)
+		o.Positive = prevPlant.observe(prev, prev).Positive
+		prev, prevPlant = c.P(), pl
+		ds = append(ds, c.Step(o))
+	}
+	return ds
+}
+
+func repeat(pl mixPlant, n int) []mixPlant {
+	out := make([]mixPlant, n)
+	for i := range out {
+		out[i] = pl
+	}
+	return out
+}
+
+// quorumPlant is bench cpq --ctl-quorum on loopback as measured at 800
+// ops/s, 2 ms between replicas: weak reads stale 0.04, quorum reads a
+// third as often; weak p95 0.4 ms, quorum p95 about 1.4 ms (a tenth of them
+// 0.5-2.5 ms). The SLA 90% and 60% of the way between them: p95 <= 1.3
+// ms needs p <= 0.76 or so, stale <= 0.028 p >= 0.43.
+var quorumPlant = mixPlant{s0: 0.04, r: 0.3, weak: 400 * time.Microsecond, quick: 500 * time.Microsecond,
+	spread: 2 * time.Millisecond, tailShare: 0.1, bound: 1300 * time.Microsecond, values: 500, reads: 2000}
+
+var quorumSLA = SLA{Latency: 1300 * time.Microsecond, Stale: 0.028}
+
+func TestLatencyStepAimsAtTheMixture(t *testing.T) {
+	c, _ := New(Config{SLA: quorumSLA, P: 0.8, MaxLatencyStep: 1})
+	// 1% of weak reads and 20% of quorum reads over the bound at p = 0.8:
+	// (1-p)*0.01 + p*0.2 = 4% at p = 0.158.
+	d := c.Step(Observation{P95: 2 * time.Millisecond, Values: 500, WeakReads: 200, WeakSlow: 2, StrongReads: 800, StrongSlow: 160})
+	if math.Abs(d.P-0.03/0.19) > 1e-9 {
+		t.Fatalf("p %.4f, want %.4f", d.P, 0.03/0.19)
+	}
+	// With the default ceiling, 0.1 at a time.
+	c, _ = New(Config{SLA: quorumSLA, P: 0.8})
+	if d := c.Step(Observation{P95: 2 * time.Millisecond, Values: 500, WeakReads: 200, WeakSlow: 2, StrongReads: 800, StrongSlow: 160}); math.Abs(d.P-0.7) > 1e-9 {
+		t.Fatalf("p %.4f, want 0.7", d.P)
+	}
+}
+
+// TestHoldsThroughAStall: a stall slows every read for three periods. The
+// p95 is over the bound whatever p is, and the weak reads' counts show it:
+// p holds, and the SLA is met again once the stall is over, at the same p.
+// Without the counts (the earlier rule) p falls by 0.3 and must climb back.
+func TestHoldsThroughAStall(t *testing.T) {
+	stalled := quorumPlant
+	stalled.stall = 0.3
+	plants := append(append(repeat(quorumPlant, 20), repeat(stalled, 3)...), repeat(quorumPlant, 10)...)
+	c, _ := New(Config{SLA: quorumSLA, P: 0.5, StrongerStale: 0.3})
+	ds := runMix(c, plants)
+	if ds[19].Verdict != Met {
+		t.Fatalf("not met before the stall: %+v", ds[19])
+	}
+	before := ds[19].P
+	for i, d := range ds[20:23] {
+		if d.P != before || d.LatencyOK {
+			t.Fatalf("stall period %d: %+v, want p held at %.3f", i, d, before)
+		}
+	}
+	if ds[22].Verdict != Infeasible {
+		t.Fatalf("three stalled periods: verdict %v, want infeasible", ds[22].Verdict)
+	}
+	for i, d := range ds[23:] {
+		if !d.LatencyOK || !d.StaleOK || d.P != before {
+			t.Fatalf("period %d after the stall: %+v", i, d)
+		}
+	}
+	if ds[25].Verdict != Met {
+		t.Fatalf("after the stall: verdict %v, want met 3 periods later", ds[25].Verdict)
+	}
+
+	// The earlier rule, on the p95 alone.
+	c, _ = New(Config{SLA: quorumSLA, P: 0.5, StrongerStale: 0.3})
+	prev := c.P()
+	var low float64 = 1
+	for i, pl := range plants {
+		o := pl.observe(c.P(), prev)
+		o.WeakReads, o.WeakSlow, o.StrongReads, o.StrongSlow = 0, 0, 0, 0
+		prev = c.P()
+		d := c.Step(o)
+		if i >= 20 {
+			low = min(low, d.P)
+		}
+	}
+	if low > before-0.25 {
+		t.Fatalf("without the counts p fell to %.3f only (from %.3f)", low, before)
+	}
+}
+
+// TestFollowsAChangeOfTheQuorumPlant: replication slows down at period 30,
+// weak reads are stale 0.055 instead of 0.04, and p must rise from 0.43 to
+// about 0.68 (the latency allows up to about 0.76). With the stronger
+// level's staleness in the model the SLA holds again (three judged periods
+// in a row within both bounds) within 7 periods of the change (6 with
+// this rule); assuming quorum reads fresh (StrongerStale 0) takes longer (11).
+func TestFollowsAChangeOfTheQuorumPlant(t *testing.T) {
+	after := quorumPlant
+	after.s0 = 0.055
+	plants := append(repeat(quorumPlant, 30), repeat(after, 30)...)
+	metAt := func(r float64) (int, []Decision) {
+		c, _ := New(Config{SLA: quorumSLA, P: 0.5, StrongerStale: r})
+		ds := runMix(c, plants)
+		if ds[29].Verdict != Met {
+			t.Fatalf("r %v: not met before the change: %+v", r, ds[29])
+		}
+		viol := -1
+		for i := 30; i < len(ds); i++ {
+			if viol < 0 && !ds[i].Held && (!ds[i].StaleOK || !ds[i].LatencyOK) {
+				viol = i
+			}
+			if viol >= 0 && i > viol && ds[i].Verdict == Met {
+				return i - 30, ds
+			}
+		}
+		return -1, ds
+	}
+	with, ds := metAt(0.3)
+	if with < 0 || with > 7 {
+		for i, d := range ds[28:] {
+			t.Logf("%d: p %.3f stale %.4f p95 %v held %v %v", i-2, d.P, d.Stale, d.P95, d.Held, d.Verdict)
+		}
+		t.Fatalf("met again %d periods after the change, want at most 7", with)
+	}
+	for i, d := range ds[30+with:] {
+		if !d.LatencyOK || !d.StaleOK {
+			t.Fatalf("left the SLA %d periods after met: %+v", i, d)
+		}
+	}
+	without, _ := metAt(0)
+	t.Logf("met again %d periods after the change (%d assuming quorum reads fresh); p %.3f before, %.3f after", with, without, ds[29].P, ds[len(ds)-1].P)
+	if without >= 0 && without < with {
+		t.Fatalf("the model with the quorum reads' staleness (%d periods) slower than without (%d)", with, without)
+	}
+}
+
+// TestStaleStepNeedsMoreThanNoise: a stale count within one standard
+// deviation of the bound (sqrt(X*values)) raises p by the floor only; one
+// further over aims at p_X; with Z -1 any excess does.
+func TestStaleStepNeedsMoreThanNoise(t *testing.T) {
+	sla := SLA{Latency: time.Second, Stale: 0.03}
+	// 480 values: 14.4 stale at the bound, standard deviation 3.8.
+	c, _ := New(Config{SLA: sla, P: 0.5})
+	if d := c.Step(Observation{P95: time.Millisecond, Values: 480, Positive: 17}); d.StaleOK || math.Abs(d.P-0.51) > 1e-9 {
+		t.Fatalf("17 of 480 stale: %+v, want the floor step to 0.51", d)
+	}
+	c, _ = New(Config{SLA: sla, P: 0.5})
+	// 20 of 480 at p = 0.5: s0 = 0.0833, p_X = 1 - 0.8*0.03/0.0833 = 0.712.
+	if d := c.Step(Observation{P95: time.Millisecond, Values: 480, Positive: 20}); math.Abs(d.P-0.712) > 1e-9 {
+		t.Fatalf("20 of 480 stale: %+v, want p_X 0.712", d)
+	}
+	c, _ = New(Config{SLA: sla, P: 0.5, Z: -1})
+	// 17 of 480: s0 = 0.0708, p_X = 1 - 0.024/0.0708 = 0.661.
+	if d := c.Step(Observation{P95: time.Millisecond, Values: 480, Positive: 17}); math.Abs(d.P-(1-0.024/(2*17.0/480))) > 1e-9 {
+		t.Fatalf("17 of 480 stale without the gate: %+v, want p_X", d)
+	}
+}
+
+// TestStaleStepThroughAStall: a stall (the weak reads alone over the
+// latency bound) does not stop the stale step when the staleness is over
+// its bound too, as a genuine conflict of the bounds does.
+func TestStaleStepThroughAStall(t *testing.T) {
+	o := Observation{P95: 200 * time.Millisecond, Values: 480, Positive: 24, WeakReads: 600, WeakSlow: 120, StrongReads: 600, StrongSlow: 150}
+	c, _ := New(Config{SLA: quorumSLA, P: 0.5})
+	// 0.05 at p = 0.5: s0 = 0.1, p_X = 1 - 0.8*0.028/0.1 = 0.776.
+	if d := c.Step(o); d.LatencyOK || d.StaleOK || math.Abs(d.P-0.776) > 1e-9 {
+		t.Fatalf("stalled and stale: %+v, want the stale step to 0.776", d)
+	}
+	// Without the stall in the counts (quorum reads alone slow): both
+	// bounds violated, p holds.
+	o.WeakSlow = 0
+	c, _ = New(Config{SLA: quorumSLA, P: 0.5})
+	if d := c.Step(o); d.P != 0.5 {
+		t.Fatalf("both bounds violated: %+v, want p held", d)
+	}
+}
+
+// TestSpanRestartsAfterAFall: after p falls for latency the p95's span
+// starts again (the stale window is kept), so the next step judges reads
+// at the new p only.
+func TestSpanRestartsAfterAFall(t *testing.T) {
+	c, _ := New(Config{SLA: quorumSLA, P: 0.8})
+	within := Observation{P95: time.Millisecond, Values: 500, Positive: 5}
+	for range 3 {
+		c.Step(within)
+	}
+	if c.Span() != 3 {
+		t.Fatalf("span %d after three periods within, want 3", c.Span())
+	}
+	if d := c.Step(Observation{P95: 2 * time.Millisecond, Values: 500, Positive: 5}); d.P >= 0.8 {
+		t.Fatalf("latency over: %+v, want p down", d)
+	}
+	if c.Span() != 1 || len(c.window) != c.cfg.Window {
+		t.Fatalf("after the fall: span %d, stale window %d periods; want 1 and the window kept", c.Span(), len(c.window))
+	}
+	c.Step(within)
+	if c.Span() != 2 {
+		t.Fatalf("span %d a period after the fall, want 2", c.Span())
 	}
 }
