@@ -1,6 +1,9 @@
 package replica
 
-import "slices"
+import (
+	"maps"
+	"slices"
+)
 
 // The broadcast half of conditional atomic broadcast (Creek §3.3, §5): strong
 // operations proposed with their causal context, the periodic no-op that
@@ -14,7 +17,39 @@ import "slices"
 // hold the whole context (after a restart, some of it may be missing until
 // gossip or the log brings it back) it waits and the retry proposes later.
 func (r *Replica) propose(req *Req) {
-	if !r.vv.Covers(req.Ctx) || req.ID.Seq > r.proposable() {
+	one := [1]*Req{req}
+	r.proposeStrong(one[:])
+}
+
+// proposeStrong is propose for several strong operations of this replica
+// at once (those submitted since the last Ready): their operations and
+// contexts go in one run of entries instead of a run each. What goes in is
+// what proposing them one after the other would put in the log (each
+// context operation once: the later ones find it recently proposed); only
+// the entries are fewer, each commits more.
+func (r *Replica) proposeStrong(reqs []*Req) {
+	var ready []*Req
+	ctx := VV(nil) // the union of the contexts of ready
+	up := r.proposable()
+	for _, req := range reqs {
+		if !r.vv.Covers(req.Ctx) || req.ID.Seq > up {
+			continue
+		}
+		ready = append(ready, req)
+		if len(ready) == 1 {
+			ctx = req.Ctx // read only
+			continue
+		}
+		if len(ready) == 2 {
+			own := make(VV, len(ctx)+len(req.Ctx))
+			maps.Copy(own, ctx)
+			ctx = own
+		}
+		for o, s := range req.Ctx {
+			ctx[o] = max(ctx[o], s)
+		}
+	}
+	if len(ready) == 0 {
 		return
 	}
 	var ops []*Req
@@ -26,7 +61,7 @@ func (r *Replica) propose(req *Req) {
 		// Context operations this replica proposed within RetryTicks are in
 		// an entry on its way; if that entry is lost, commit skips req (its
 		// context is not committed) and the retry carries everything.
-		if q == req || (q.ID.Seq <= req.Ctx[q.ID.Origin] && !r.recentlyProposed(q.ID)) {
+		if (q.ID.Seq <= ctx[q.ID.Origin] && !r.recentlyProposed(q.ID)) || slices.Contains(ready, q) {
 			ops = append(ops, q)
 		}
 	}
@@ -152,16 +187,20 @@ func (r *Replica) proposable() uint64 {
 func (r *Replica) proposeDurable() {
 	upTo := r.proposable()
 	n := 0
+	var due []*Req
 	for _, q := range r.toPropose {
 		if q.ID.Seq > upTo {
 			break
 		}
 		if _, pending := r.pendingStrong[q.ID]; pending {
-			r.propose(q)
+			due = append(due, q)
 		}
 		n++
 	}
 	r.toPropose = r.toPropose[n:]
+	if len(due) > 0 {
+		r.proposeStrong(due)
+	}
 	if r.ownBatchDue(upTo) {
 		r.proposeOwn()
 	}

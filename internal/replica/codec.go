@@ -44,7 +44,15 @@ func encodeEntry(e entry) []byte {
 	return b
 }
 
-func decodeEntry(b []byte) (entry, error) {
+func decodeEntry(b []byte) (entry, error) { return decodeEntryKnown(b, nil) }
+
+// decodeEntryKnown is decodeEntry for a replica that may hold some of the
+// entry's operations already (gossip usually brings them before the log
+// does): an operation that known returns, with the same timestamp and
+// strength, is that Req, and its causal context and op are skipped rather
+// than decoded again. (The replica would use the Req it holds anyway: the
+// operation is executed in its stack.)
+func decodeEntryKnown(b []byte, known func(OpID) (*Req, bool)) (entry, error) {
 	d := decoder{b: b}
 	switch v := d.byte(); {
 	case v == markerVersion:
@@ -59,8 +67,11 @@ func decodeEntry(b []byte) (entry, error) {
 	}
 	e := entry{Proposer: d.uvarint()}
 	n := d.count(minReqBytes)
+	if n > 0 {
+		e.Ops = make([]*Req, 0, n)
+	}
 	for i := 0; i < n && d.err == nil; i++ {
-		e.Ops = append(e.Ops, d.req())
+		e.Ops = append(e.Ops, d.reqKnown(known))
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
@@ -217,6 +228,34 @@ func (d *decoder) reqs(n int) []*Req {
 		qs = append(qs, d.req())
 	}
 	return qs
+}
+
+// reqKnown is req, but returns the Req known has for the operation's id
+// when its timestamp and strength match, skipping the rest of the
+// encoding.
+func (d *decoder) reqKnown(known func(OpID) (*Req, bool)) *Req {
+	if known == nil {
+		return d.req()
+	}
+	start := d.b
+	id := OpID{Origin: d.uvarint(), Seq: d.uvarint()}
+	ts := d.uvarint()
+	strong := d.byte()
+	if d.err != nil {
+		return &Req{}
+	}
+	if q, ok := known(id); ok && q.TS == ts && (strong == 1) == q.Strong && strong <= 1 {
+		for i, n := 0, d.count(minVVEntryBytes); i < n && d.err == nil; i++ {
+			d.uvarint()
+			d.uvarint()
+		}
+		if n := d.count(1); d.err == nil {
+			d.b = d.b[n:]
+		}
+		return q
+	}
+	d.b = start
+	return d.req()
 }
 
 func (d *decoder) req() *Req {

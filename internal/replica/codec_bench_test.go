@@ -148,3 +148,52 @@ func TestUvarintLen(t *testing.T) {
 		}
 	}
 }
+
+// decodeEntryKnown returns the Req the replica holds for an operation with
+// the same id, timestamp and strength, and decodes the others (a timestamp
+// that differs means another operation: it is decoded, not trusted).
+func TestDecodeEntryKnown(t *testing.T) {
+	mk := func(origin, seq, ts uint64, strong bool, key string) *Req {
+		q := &Req{ID: OpID{origin, seq}, TS: ts, Strong: strong,
+			Op: state.Op{Kind: state.OpPut, Key: key, Value: []byte("v-" + key)}}
+		if strong {
+			q.Ctx = VV{origin: seq, 3: 9}
+		}
+		return q
+	}
+	a, b, c := mk(1, 1, 10, true, "a"), mk(2, 5, 11, false, "b"), mk(3, 7, 12, true, "c")
+	held := map[OpID]*Req{
+		a.ID: mk(1, 1, 10, true, "a"), // the same operation, held
+		c.ID: mk(3, 7, 99, true, "c"), // same id, other timestamp
+	}
+	known := func(id OpID) (*Req, bool) { q, ok := held[id]; return q, ok }
+	buf := encodeEntry(entry{Proposer: 2, Ops: []*Req{a, b, c}})
+	e, err := decodeEntryKnown(buf, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := decodeEntry(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Proposer != 2 || len(e.Ops) != 3 {
+		t.Fatalf("entry %+v", e)
+	}
+	if e.Ops[0] != held[a.ID] {
+		t.Fatalf("op 0 is %p, want the held Req %p", e.Ops[0], held[a.ID])
+	}
+	for i := 1; i < 3; i++ {
+		if e.Ops[i] == held[e.Ops[i].ID] {
+			t.Fatalf("op %d: the held Req, want a decoded one", i)
+		}
+		got, want := e.Ops[i], plain.Ops[i]
+		if got.ID != want.ID || got.TS != want.TS || got.Strong != want.Strong || got.Op.Key != want.Op.Key ||
+			string(got.Op.Value) != string(want.Op.Value) || !got.Ctx.Covers(want.Ctx) || !want.Ctx.Covers(got.Ctx) {
+			t.Fatalf("op %d decoded as %+v, want %+v", i, got, want)
+		}
+	}
+	// A truncated entry fails whether or not its operations are held.
+	if _, err := decodeEntryKnown(buf[:len(buf)-3], known); err == nil {
+		t.Fatal("truncated entry decoded")
+	}
+}

@@ -37,7 +37,7 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 	if len(ent.GetData()) == 0 {
 		return nil // raft's empty entry at the start of a term
 	}
-	e, err := decodeEntry(ent.GetData())
+	e, err := decodeEntryKnown(ent.GetData(), r.Op)
 	if err != nil {
 		return fmt.Errorf("replica: entry %d: %w", ent.GetIndex(), err)
 	}
@@ -71,19 +71,23 @@ func (r *Replica) commit(ops []*Req) error {
 // rest (an entry that overtook the one before it from the same proposer, or
 // a duplicate) is skipped; it comes again. The decision depends only on the
 // committed prefix, the same at every replica at this point of the log.
+//
+// It sorts ops in place (the caller's entry, decoded for this call) and
+// returns a prefix of it, and it extends committedVV with what it returns,
+// as learnCommitted does next: the prefixes it checks the later operations
+// of the entry against include the earlier ones.
 func (r *Replica) committable(ops []*Req) []*Req {
-	sorted := slices.SortedFunc(slices.Values(ops), compareReq)
-	var fresh []*Req
-	upto := r.committedVV.Clone()
-	for _, q := range sorted {
+	slices.SortFunc(ops, compareReq)
+	fresh := ops[:0]
+	for _, q := range ops {
 		o := q.ID.Origin
-		if q.ID.Seq != upto[o]+1 {
+		if q.ID.Seq != r.committedVV[o]+1 {
 			continue
 		}
-		if q.Strong && !ctxCommitted(q, upto) {
+		if q.Strong && !ctxCommitted(q, r.committedVV) {
 			continue
 		}
-		upto[o] = q.ID.Seq
+		r.committedVV[o] = q.ID.Seq
 		fresh = append(fresh, q)
 	}
 	return fresh
@@ -128,10 +132,6 @@ func (r *Replica) learnCommitted(fresh []*Req) error {
 // place, committed or not.
 func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 	base := r.committedCount() - len(fresh)
-	posFresh := make(map[OpID]int, len(fresh))
-	for i, q := range fresh {
-		posFresh[q.ID] = base + i
-	}
 	// Mark the fresh operations the stack holds (found through the index,
 	// not by walking the stack: each commit costs what it commits).
 	var missing []executed
@@ -146,9 +146,13 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 	}
 	keep := r.keepLenIndexed(fresh, missing, base)
 	if keep < 0 {
+		posFresh := make(map[OpID]int, len(fresh))
+		for i, q := range fresh {
+			posFresh[q.ID] = base + i
+		}
 		keep = r.keepLen(posFresh, missing)
 	}
-	r.reexec(append(r.rollbackTo(keep), missing...))
+	r.reexecScratch(append(r.rollbackTo(keep, r.undone[:0]), missing...))
 	results := make([]state.Result, len(fresh))
 	for i, q := range fresh {
 		j, _ := r.keys.index(q.ID)
@@ -161,7 +165,7 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 		r.keys.dropBottom(r.tentative[drop].req)
 		drop++
 	}
-	r.tentative = r.tentative[drop:]
+	r.dropBottom(drop)
 	for i, q := range fresh {
 		r.rememberResult(q.ID, results[i])
 	}
@@ -209,7 +213,7 @@ func (r *Replica) keepLenIndexed(fresh []*Req, missing []executed, base int) int
 	keep := len(r.tentative)
 	consider := func(q *Req, cpos, below int) bool {
 		for _, k := range q.footprint() {
-			if k == "*" {
+			if k == wildKey {
 				return false
 			}
 			for _, ap := range r.keys.pos[k] {
@@ -248,12 +252,12 @@ func (r *Replica) keepLenIndexed(fresh []*Req, missing []executed, base int) int
 // fresh operations seen so far per key: linear in the stack, not quadratic.
 func (r *Replica) keepLen(posFresh map[OpID]int, missing []executed) int {
 	const none = math.MaxInt
-	minPos := map[string]int{} // per key: smallest cpos of a fresh op above
+	minPos := map[fkey]int{} // per key: smallest cpos of a fresh op above
 	anyPos, wildPos := none, none
 	note := func(q *Req, cpos int) {
 		anyPos = min(anyPos, cpos)
 		for _, k := range q.footprint() {
-			if k == "*" {
+			if k == wildKey {
 				wildPos = min(wildPos, cpos)
 			} else if p, ok := minPos[k]; !ok || cpos < p {
 				minPos[k] = cpos
@@ -265,7 +269,7 @@ func (r *Replica) keepLen(posFresh map[OpID]int, missing []executed) int {
 	first := func(q *Req) int {
 		p := wildPos
 		for _, k := range q.footprint() {
-			if k == "*" {
+			if k == wildKey {
 				return anyPos
 			}
 			if v, ok := minPos[k]; ok {

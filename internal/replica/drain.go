@@ -218,12 +218,17 @@ func withoutDrain(data, tail []byte) []byte {
 }
 
 // CheckMembers checks a membership change against the current membership
-// without proposing it (ProposeMembers checks the same): a removal checks
-// its change before it drains the replica, so that a change that cannot
-// be made does not leave a replica draining.
+// without proposing it, as ProposeMembers does (ErrMemberChangePending
+// while the configuration is unknown or joint, ErrBadMemberChange for a
+// change that cannot be made): a removal checks its change before it
+// drains the replica, so that a change that cannot be made now does not
+// leave a replica draining.
 func (r *Replica) CheckMembers(chs []MemberChange) error {
 	if r.Removed() {
 		return ErrRemoved
+	}
+	if r.confState == nil || r.Joint() {
+		return ErrMemberChangePending
 	}
 	return r.checkMemberChanges(chs)
 }

@@ -65,7 +65,7 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	if r.ntent > 0 && (r.latest == nil || compareReq(r.latest, req) > 0) {
 		c = r.firstConflictAfter(x)
 	}
-	r.reexec(append(r.rollbackTo(c), x))
+	r.reexecScratch(append(r.rollbackTo(c, r.undone[:0]), x))
 	if n := r.TentativeLen(); n > r.stats.TentativeMaxDepth {
 		r.stats.TentativeMaxDepth = n
 	}
@@ -85,7 +85,7 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 func (r *Replica) firstConflictAfter(x executed) int {
 	fp := x.req.footprint()
 	c := len(r.tentative)
-	if r.keys.wild > 0 || slices.Contains(fp, "*") {
+	if r.keys.wild > 0 || slices.Contains(fp, wildKey) {
 		for i, e := range r.tentative {
 			if before(e, x) > 0 && conflicts(e.req, x.req) {
 				return i
@@ -112,12 +112,21 @@ func (r *Replica) firstConflictAfter(x executed) int {
 // stack does not renumber them.
 type keyIndex struct {
 	base int
-	pos  map[string][]int
+	pos  map[fkey][]int
 	at   map[OpID]int // every operation's position
-	wild int          // operations in the stack whose footprint is "*"
+	wild int          // operations in the stack whose footprint is wildKey
+	// free holds emptied position lists for keys that come next: most
+	// keys enter and leave the index with one operation each.
+	free [][]int
 }
 
-func (x *keyIndex) reset() { *x = keyIndex{pos: map[string][]int{}, at: map[OpID]int{}} }
+// maxFree bounds keyIndex.free, and maxFreeCap the lists it keeps.
+const (
+	maxFree    = 1024
+	maxFreeCap = 64
+)
+
+func (x *keyIndex) reset() { *x = keyIndex{pos: map[fkey][]int{}, at: map[OpID]int{}} }
 
 // index returns the stack index of an operation in the stack.
 func (x *keyIndex) index(id OpID) (int, bool) {
@@ -129,11 +138,16 @@ func (x *keyIndex) index(id OpID) (int, bool) {
 func (x *keyIndex) push(q *Req, i int) {
 	x.at[q.ID] = x.base + i
 	for _, k := range q.footprint() {
-		if k == "*" {
+		if k == wildKey {
 			x.wild++
 			continue
 		}
-		x.pos[k] = append(x.pos[k], x.base+i)
+		ps, ok := x.pos[k]
+		if !ok && len(x.free) > 0 {
+			ps = x.free[len(x.free)-1]
+			x.free = x.free[:len(x.free)-1]
+		}
+		x.pos[k] = append(ps, x.base+i)
 	}
 }
 
@@ -151,13 +165,16 @@ func (x *keyIndex) dropBottom(q *Req) {
 func (x *keyIndex) forget(q *Req, top bool) {
 	delete(x.at, q.ID)
 	for _, k := range q.footprint() {
-		if k == "*" {
+		if k == wildKey {
 			x.wild--
 			continue
 		}
 		switch ps := x.pos[k]; {
 		case len(ps) <= 1:
 			delete(x.pos, k)
+			if c := cap(ps); c > 0 && c <= maxFreeCap && len(x.free) < maxFree {
+				x.free = append(x.free, ps[:0])
+			}
 		case top:
 			x.pos[k] = ps[:len(ps)-1]
 		default:
@@ -167,8 +184,9 @@ func (x *keyIndex) forget(q *Req, top bool) {
 }
 
 // rollbackTo undoes the stack from pos on, latest first, and returns what
-// it undid, bottom first.
-func (r *Replica) rollbackTo(pos int) []executed {
+// it undid, bottom first, appended to dst (which must not share the
+// stack's array).
+func (r *Replica) rollbackTo(pos int, dst []executed) []executed {
 	for i := len(r.tentative) - 1; i >= pos; i-- {
 		r.st.Revert(r.tentative[i].undo)
 		r.stats.Rollbacks++
@@ -177,9 +195,46 @@ func (r *Replica) rollbackTo(pos int) []executed {
 			r.ntent--
 		}
 	}
-	rest := slices.Clone(r.tentative[pos:])
+	rest := append(dst, r.tentative[pos:]...)
+	clear(r.tentative[pos:]) // no references kept past the top
 	r.tentative = r.tentative[:pos]
 	return rest
+}
+
+// pushExecuted puts e on top of the stack. The stack loses its bottom as
+// operations commit (adjustExecution) and grows at the top, so its array
+// would fill up and be copied again and again; when it is full and at
+// least half of the array lies unused below its bottom, the stack moves
+// down instead.
+func (r *Replica) pushExecuted(e executed) {
+	if n := len(r.tentative); n == cap(r.tentative) {
+		// r.tentative always ends where r.tentArr ends (it is resliced
+		// from either end or appended to): below it lie off unused slots.
+		if off := cap(r.tentArr) - cap(r.tentative); off > 0 && off >= n {
+			copy(r.tentArr[:n], r.tentative)
+			clear(r.tentArr[off : off+n])
+			r.tentative = r.tentArr[:n]
+		} else {
+			r.tentative = append(r.tentative, e)
+			r.tentArr = r.tentative[:0]
+			return
+		}
+	}
+	r.tentative = append(r.tentative, e)
+}
+
+// dropBottom removes the n operations at the bottom of the stack.
+func (r *Replica) dropBottom(n int) {
+	clear(r.tentative[:n])
+	r.tentative = r.tentative[n:]
+}
+
+// reexecScratch is reexec of es held in r.undone, which it then clears for
+// the next use.
+func (r *Replica) reexecScratch(es []executed) {
+	r.reexec(es)
+	clear(es)
+	r.undone = es[:0]
 }
 
 // reexec executes operations on top of the stack in the logical order.
@@ -192,7 +247,7 @@ func (r *Replica) reexec(es []executed) {
 		r.stats.Executions++
 		e.result, e.undo = res, undo
 		r.keys.push(e.req, len(r.tentative))
-		r.tentative = append(r.tentative, e)
+		r.pushExecuted(e)
 		if !e.committed {
 			r.ntent++
 			if r.latest == nil || compareReq(e.req, r.latest) > 0 {
@@ -213,7 +268,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 	}
 	// None of this is a reordering: keep it out of the counters.
 	saved, ntent := r.stats, r.ntent
-	rest := r.rollbackTo(0)
+	rest := r.rollbackTo(0, nil)
 	var undos []state.Undo
 	for _, e := range rest {
 		if e.committed {
@@ -228,7 +283,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 	for _, e := range rest {
 		e.result, e.undo = r.st.Apply(e.req.Op)
 		r.keys.push(e.req, len(r.tentative))
-		r.tentative = append(r.tentative, e)
+		r.pushExecuted(e)
 	}
 	r.stats, r.ntent = saved, ntent
 }
@@ -240,7 +295,7 @@ func conflicts(a, b *Req) bool {
 	fa, fb := a.footprint(), b.footprint()
 	for _, x := range fa {
 		for _, y := range fb {
-			if x == y || x == "*" || y == "*" {
+			if x == y || x == wildKey || y == wildKey {
 				return true
 			}
 		}
@@ -280,7 +335,7 @@ func (r *Replica) CheckInvariants() error {
 	}
 	for k, ps := range want.pos {
 		if !slices.Equal(ps, r.keys.pos[k]) {
-			return fmt.Errorf("replica %d: key %q at %v in the index, at %v in the stack", r.cfg.ID, k, r.keys.pos[k], ps)
+			return fmt.Errorf("replica %d: key %v at %v in the index, at %v in the stack", r.cfg.ID, k, r.keys.pos[k], ps)
 		}
 	}
 	if len(r.keys.at) != len(r.tentative) {

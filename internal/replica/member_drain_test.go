@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -279,5 +280,54 @@ func TestDrainSurvivesRestart(t *testing.T) {
 		if got := tr.r[id].committedVV[x]; id != x && got != n {
 			t.Errorf("replica %d committed %d of the %d weak writes of removed replica %d", id, got, n, x)
 		}
+	}
+}
+
+// A removal checked while the configuration is joint (a replacement that
+// cannot leave it: a voter of the new half died) is refused with
+// ErrMemberChangePending by CheckMembers, as ProposeMembers would refuse
+// it, so the server does not drain a replica for a change it cannot make
+// (the replica would refuse its clients until some later removal).
+func TestCheckMembersRefusesWhileJoint(t *testing.T) {
+	e := memberEnv(t)
+	e.put(t, 1, "a", "1", true)
+	e.settle(t, 5)
+	e.nodes[3].rep = nil // dead for good
+	e.ids = []uint64{1, 2}
+	if err := e.nodes[1].rep.CheckMembers([]MemberChange{{Kind: Remove, ID: 2}}); err != nil {
+		t.Fatalf("removal of 2 checked before any change: %v", err)
+	}
+	if err := e.nodes[1].rep.ProposeMembers([]MemberChange{{Kind: Remove, ID: 3}, {Kind: AddVoter, ID: 5, Addr: "host5:7105"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Step until replica 1 is in the joint configuration, then kill 2: the
+	// entry that leaves it cannot commit (5 never starts).
+	e.nodes[5] = &interactionNode{id: 5} // down: what is sent to it is dropped
+	var b strings.Builder
+	for i := 0; !e.nodes[1].rep.Joint(); i++ {
+		if i > 1000 {
+			t.Fatal("replica 1 never entered the joint configuration")
+		}
+		for _, id := range e.ids {
+			if n := e.nodes[id]; n.rep != nil && n.rep.HasReady() {
+				e.processReady(t, n, &b)
+			}
+		}
+		for _, id := range e.ids {
+			e.deliver(e.nodes[id], 0, 0, false, &b)
+		}
+	}
+	e.nodes[2].rep = nil
+	e.ids = []uint64{1}
+	e.settle(t, 20)
+	r := e.nodes[1].rep
+	if !r.Joint() {
+		t.Fatal("replica 1 left the joint configuration without replica 2")
+	}
+	if err := r.CheckMembers([]MemberChange{{Kind: Remove, ID: 2}}); !errors.Is(err, ErrMemberChangePending) {
+		t.Fatalf("removal of 2 checked while joint: %v, want ErrMemberChangePending", err)
+	}
+	if err := r.ProposeMembers([]MemberChange{{Kind: Remove, ID: 2}}); !errors.Is(err, ErrMemberChangePending) {
+		t.Fatalf("removal of 2 proposed while joint: %v, want ErrMemberChangePending", err)
 	}
 }

@@ -45,7 +45,6 @@ func (r *Replica) Ready() (Ready, error) {
 		rd.HardState = rrd.HardState
 		rd.Entries = rrd.Entries
 		rd.Snapshot = rrd.Snapshot
-		msgs := make([]Message, 0, len(rrd.Messages)+len(rd.Messages))
 		// Early sending needs the term and vote it acts on to be durable: a
 		// node that became leader in this very Ready (a single voter) must
 		// write them first, or a crash could make it lead the same term twice.
@@ -56,16 +55,35 @@ func (r *Replica) Ready() (Ready, error) {
 			}
 			r.hsTerm, r.hsVote = hs.GetTerm(), hs.GetVote()
 		}
+		early := func(m *raftpb.Message) bool {
+			t := m.GetType()
+			return leader && (t == raftpb.MsgApp || t == raftpb.MsgHeartbeat)
+		}
+		// One array for both lists: the early raft messages, then the
+		// others, then the replica's own (gossip).
+		nEarly := 0
+		for _, m := range rrd.Messages {
+			if early(m) {
+				nEarly++
+			}
+		}
+		all := make([]Message, nEarly, len(rrd.Messages)+len(rd.Messages))
+		e := 0
 		for _, m := range rrd.Messages {
 			msg := Message{Type: MsgRaft, From: r.cfg.ID, To: m.GetTo(), Raft: m}
-			if t := m.GetType(); leader && (t == raftpb.MsgApp || t == raftpb.MsgHeartbeat) {
+			if early(m) {
 				// Early: the leader's followers write in parallel with it.
-				rd.Early = append(rd.Early, msg)
+				all[e] = msg
+				e++
 				continue
 			}
-			msgs = append(msgs, msg)
+			all = append(all, msg)
 		}
-		rd.Messages = append(msgs, rd.Messages...)
+		all = append(all, rd.Messages...)
+		if nEarly > 0 {
+			rd.Early = all[:nEarly:nEarly]
+		}
+		rd.Messages = all[nEarly:]
 		rd.raft = &rrd
 		return rd, nil
 	}

@@ -69,7 +69,8 @@ type Config struct {
 	// Default 4096.
 	MaxPending int
 	// NoopBatch: once this many own weak operations wait for an entry, the
-	// replica proposes them at once rather than at the next no-op period.
+	// replica proposes them in the next Ready rather than at the next no-op
+	// period.
 	// Default 128.
 	NoopBatch int
 	// MaxOpsPerMsg bounds the operations in one gossip message. Default 256.
@@ -206,8 +207,14 @@ type Replica struct {
 	// result is the one the (TS, ID) order gives.
 	st        *state.State
 	tentative []executed
-	ntent     int // entries of tentative not committed
-	keys      keyIndex
+	// tentArr is tentative's whole array, from its first slot: tentative
+	// is a window at its end (pushExecuted).
+	tentArr []executed
+	// undone is scratch for what a rollback takes off the stack until it is
+	// executed again (receive, adjustExecution).
+	undone []executed
+	ntent  int // entries of tentative not committed
+	keys   keyIndex
 	// latest is at or after, in (TS, ID) order, every operation of
 	// tentative that is not committed (nil: none).
 	latest    *Req
@@ -216,6 +223,8 @@ type Replica struct {
 	// vv covers every operation received (committed or tentative);
 	// committedVV the committed ones (a contiguous prefix per origin).
 	vv, committedVV VV
+	// vvShared is the copy of vv the last stamp got (vvCopy).
+	vvShared VV
 	// log holds the known operations of each origin from sequence number
 	// logBase[o]+1 on (committed ones below are forgotten after snapshots).
 	log     map[uint64][]*Req
@@ -461,9 +470,30 @@ func (r *Replica) stamp() Stamp {
 		Replica:        r.cfg.ID,
 		AppliedIndex:   r.applied,
 		CommittedCount: r.committedCount(),
-		VV:             r.vv.Clone(),
+		VV:             r.vvCopy(),
 		StableTime:     r.stableTime(),
 	}
+}
+
+// vvCopy returns a copy of vv for a stamp. Stamps taken while vv does not
+// change share one copy (the stable views of an entry's operations, the
+// views of one batch of reads): nothing writes a stamp's VV, neither here,
+// where vvShared is replaced and never written, nor in its users.
+func (r *Replica) vvCopy() VV {
+	if c := r.vvShared; c != nil && len(c) == len(r.vv) {
+		same := true
+		for o, s := range r.vv {
+			if c[o] != s {
+				same = false
+				break
+			}
+		}
+		if same {
+			return c
+		}
+	}
+	r.vvShared = r.vv.Clone()
+	return r.vvShared
 }
 
 // stableTime is the largest timestamp below which every operation of every

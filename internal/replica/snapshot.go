@@ -117,7 +117,11 @@ func (r *Replica) rememberResult(id OpID, res state.Result) {
 	}
 	rs := append(r.results[id.Origin], cr)
 	if len(rs) > 2*r.cfg.MaxTentative {
-		rs = slices.Clone(rs[len(rs)-r.cfg.MaxTentative:])
+		// Keep the last MaxTentative, moved down in the same array: it
+		// has room for MaxTentative more before it grows again.
+		n := copy(rs, rs[len(rs)-r.cfg.MaxTentative:])
+		clear(rs[n:])
+		rs = rs[:n]
 	}
 	r.results[id.Origin] = rs
 }
@@ -307,7 +311,7 @@ func (r *Replica) installSnapshot(sc *snapshotContents, cs *raftpb.ConfState) []
 			keep = append(keep, executed{req: e.req})
 		}
 	}
-	r.tentative, r.ntent, r.latest = nil, 0, nil
+	r.tentative, r.tentArr, r.ntent, r.latest = nil, nil, 0, nil
 	r.keys.reset()
 	r.st = sc.st
 	r.applied = sc.applied

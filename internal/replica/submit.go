@@ -43,11 +43,12 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	r.newOwn = append(r.newOwn, req) // gossiped at the next Ready, batched
 	if cr.Strong {
 		r.pendingStrong[req.ID] = r.ticks
-		// A leader proposes it once durable (proposeDurable); a follower at
-		// once (see proposable).
+		// A leader proposes it once durable, a follower at the next Ready
+		// (proposeDurable, see proposable), with the other strong
+		// operations submitted since the last one: one run of entries for
+		// the batch.
 		r.toPropose = append(r.toPropose, req)
 	}
-	r.proposeDurable()
 	return nil
 }
 

@@ -66,39 +66,64 @@ type Req struct {
 	// origin had received when it was accepted (itself included).
 	Ctx VV
 
-	fp []string // footprint, computed on first use
+	fp  []fkey  // footprint, computed on first use
+	fp1 [1]fkey // fp's array when it has one element (most operations)
 }
 
-// footprint lists the keys and queues the operation touches, queues
-// prefixed so that they never equal a key.
-func (r *Req) footprint() []string {
+// fkey is one element of a footprint: a key, a queue, or every key and
+// queue (wildKey).
+type fkey struct {
+	kind byte // 'k' key, 'q' queue, '*' everything
+	name string
+}
+
+// wildKey is the footprint element of an operation that conflicts with
+// every other.
+var wildKey = fkey{kind: '*'}
+
+func (k fkey) String() string {
+	if k == wildKey {
+		return "*"
+	}
+	return string(k.kind) + ":" + k.name
+}
+
+// footprint lists the keys and queues the operation touches. A key and a
+// queue of the same name are different elements.
+func (r *Req) footprint() []fkey {
 	if r.fp != nil {
 		return r.fp
 	}
 	op := r.Op
-	fp := []string{}
+	one := func(k fkey) []fkey {
+		r.fp1[0] = k
+		return r.fp1[:1]
+	}
+	var fp []fkey
 	switch op.Kind {
 	case state.OpEnqueue, state.OpDequeue:
-		fp = append(fp, "q\x00"+op.Key)
+		fp = one(fkey{'q', op.Key})
 	case state.OpTxn:
+		fp = []fkey{}
 		if op.Txn != nil {
 			for _, g := range op.Txn.Guards {
-				fp = append(fp, "k\x00"+g.Key)
+				fp = append(fp, fkey{'k', g.Key})
 			}
 			for _, w := range op.Txn.Then {
-				fp = append(fp, "k\x00"+w.Key)
+				fp = append(fp, fkey{'k', w.Key})
 			}
 			for _, w := range op.Txn.Else {
-				fp = append(fp, "k\x00"+w.Key)
+				fp = append(fp, fkey{'k', w.Key})
 			}
 		}
 	case state.OpNoop:
+		fp = r.fp1[:0]
 	case state.OpScan:
 		// Read-only operations never enter the lists; should one, it
 		// conflicts with everything.
-		fp = append(fp, "*")
+		fp = one(wildKey)
 	default:
-		fp = append(fp, "k\x00"+op.Key)
+		fp = one(fkey{'k', op.Key})
 	}
 	r.fp = fp
 	return fp

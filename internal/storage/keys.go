@@ -27,6 +27,9 @@ var (
 	keySnapshot  = []byte{prefixSnapshot}
 )
 
+// indexedKeyLen is the length of a log or own-operation key.
+const indexedKeyLen = 9
+
 func indexedKey(prefix byte, i uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{prefix}, i)
 }

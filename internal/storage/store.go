@@ -62,7 +62,13 @@ type Store struct {
 	// an overwrite copies the slice, so callers never see it change.
 	tail      []*raftpb.Entry
 	tailBytes int
+	// buf is Save's scratch for keys and encoded values: Pebble's Batch.Set
+	// copies both, so one buffer serves every record of every Save.
+	buf []byte
 }
+
+// maxScratch bounds the scratch buffer a Store keeps between Saves.
+const maxScratch = 1 << 20
 
 var _ raft.Storage = (*Store)(nil)
 
@@ -466,6 +472,7 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 		last, snapMeta, resetTail = idx, snap.GetMetadata(), true
 	}
 
+	entBytes := 0 // encoded size of the entries written (proto.Size of each)
 	if len(ents) > 0 {
 		for k, e := range ents {
 			if e.GetIndex() != ents[0].GetIndex()+uint64(k) {
@@ -483,9 +490,11 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 				return fmt.Errorf("%w: missing log entry [last: %d, append at: %d]", ErrInvalid, last, e0)
 			}
 			for _, e := range ents {
-				if err := b.Set(logKey(e.GetIndex()), marshal(e), nil); err != nil {
+				key, val := s.scratch(prefixLog, e.GetIndex(), e)
+				if err := b.Set(key, val, nil); err != nil {
 					return err
 				}
+				entBytes += len(val)
 			}
 			// Drop the conflicting suffix past the new end.
 			if newLast < last {
@@ -500,7 +509,7 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	var newHS *raftpb.HardState
 	if hs != nil && !raft.IsEmptyHardState(hs) {
 		newHS = proto.Clone(hs).(*raftpb.HardState)
-		if err := b.Set(keyHardState, marshal(newHS), nil); err != nil {
+		if err := b.Set(keyHardState, s.marshalScratch(newHS), nil); err != nil {
 			return err
 		}
 	}
@@ -508,7 +517,8 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 		if q == nil || q.ID.Seq == 0 {
 			return fmt.Errorf("%w: own operation without a sequence number", ErrInvalid)
 		}
-		if err := b.Set(ownKey(q.ID.Seq), replica.AppendReq(nil, q), nil); err != nil {
+		s.buf = replica.AppendReq(binary.BigEndian.AppendUint64(append(s.buf[:0], prefixOwn), q.ID.Seq), q)
+		if err := b.Set(s.buf[:indexedKeyLen], s.buf[indexedKeyLen:], nil); err != nil {
 			return err
 		}
 	}
@@ -517,6 +527,9 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	}
 	sync := len(ents) > 0 || len(own) > 0 || resetTail ||
 		(newHS != nil && (s.hs == nil || newHS.GetTerm() != s.hs.GetTerm() || newHS.GetVote() != s.hs.GetVote()))
+	if cap(s.buf) > maxScratch {
+		s.buf = nil
+	}
 	if err := s.commitSync(b, sync); err != nil {
 		return err
 	}
@@ -529,8 +542,22 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 		s.tail, s.tailBytes = nil, 0
 	}
 	s.trunc, s.last, s.snapMeta = trunc, last, snapMeta
-	s.appendTail(ents)
+	s.appendTail(ents, entBytes)
 	return nil
+}
+
+// scratch encodes the key of the record at index i under prefix and the
+// message m into s.buf and returns both, valid until the next use of s.buf.
+func (s *Store) scratch(prefix byte, i uint64, m proto.Message) (key, val []byte) {
+	s.buf = binary.BigEndian.AppendUint64(append(s.buf[:0], prefix), i)
+	s.buf = marshalAppend(s.buf, m)
+	return s.buf[:indexedKeyLen], s.buf[indexedKeyLen:]
+}
+
+// marshalScratch encodes m into s.buf, valid until the next use of s.buf.
+func (s *Store) marshalScratch(m proto.Message) []byte {
+	s.buf = marshalAppend(s.buf[:0], m)
+	return s.buf
 }
 
 // deleteLog deletes the log entries [from, to): point deletes for a few,
@@ -548,8 +575,9 @@ func deleteLog(b *pebble.Batch, from, to uint64) error {
 }
 
 // appendTail puts the entries just written (contiguous, ending at s.last)
-// into the tail cache and trims it to its bounds.
-func (s *Store) appendTail(ents []*raftpb.Entry) {
+// into the tail cache and trims it to its bounds. size is their encoded
+// size (the sum of proto.Size), known from writing them.
+func (s *Store) appendTail(ents []*raftpb.Entry, size int) {
 	maxEntries, maxBytes := s.opts.cacheLimits()
 	if maxEntries == 0 || len(ents) == 0 {
 		return
@@ -568,9 +596,7 @@ func (s *Store) appendTail(ents []*raftpb.Entry) {
 		// Overwrite: copy, since callers may hold slices of the old tail.
 		s.tail = append(s.tail[:keep:keep], ents...)
 	}
-	for _, e := range ents {
-		s.tailBytes += proto.Size(e)
-	}
+	s.tailBytes += size
 	s.trimTail(maxEntries, maxBytes)
 }
 
@@ -774,8 +800,11 @@ func catchFatal(fn func() error) (err error) {
 	return fn()
 }
 
-func marshal(m proto.Message) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+func marshal(m proto.Message) []byte { return marshalAppend(nil, m) }
+
+// marshalAppend appends the encoding of m to b.
+func marshalAppend(b []byte, m proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
 	if err != nil {
 		// Only a message with missing required fields fails; raftpb has none.
 		panic(fmt.Sprintf("storage: marshal %T: %v", m, err))
