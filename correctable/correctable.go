@@ -304,10 +304,22 @@ func (c *Correctable[T]) Final(ctx context.Context) (View[T], error) {
 // Correctable fails (check Err). An iteration that starts late starts from
 // the latest view. Iterating blocks while the Correctable is updating; it
 // ends only at close or when the loop breaks.
-func (c *Correctable[T]) Views() iter.Seq[View[T]] {
+func (c *Correctable[T]) Views() iter.Seq[View[T]] { return c.iterate(true) }
+
+// AllViews is Views for a consumer that must see every view, whenever it
+// starts: it yields the views delivered before the iteration started too,
+// from the first. A command that prints an invocation's views, or a
+// benchmark that times the preliminary view, uses it, since both views may
+// arrive before the loop begins.
+func (c *Correctable[T]) AllViews() iter.Seq[View[T]] { return c.iterate(false) }
+
+func (c *Correctable[T]) iterate(fromLatest bool) iter.Seq[View[T]] {
 	return func(yield func(View[T]) bool) {
 		c.mu.Lock()
-		i := max(len(c.views)-1, 0)
+		i := 0
+		if fromLatest {
+			i = max(len(c.views)-1, 0)
+		}
 		c.mu.Unlock()
 		for {
 			c.mu.Lock()

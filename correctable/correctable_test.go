@@ -115,6 +115,30 @@ func TestLifecycle(t *testing.T) {
 	if len(got) != 1 || got[0].Value != 2 || !got[0].Final {
 		t.Fatalf("late Views = %+v, want only the final", got)
 	}
+	// AllViews, started as late, yields all three: a printer or a benchmark
+	// that must not lose the preliminary view uses it.
+	all := slices.Collect(c.AllViews())
+	if len(all) != 3 || all[0].Value != 1 || all[1].Value != 2 || all[1].Final || !all[2].Final || !all[2].Confirmed {
+		t.Fatalf("late AllViews = %+v, want the two preliminary views then the final", all)
+	}
+}
+
+// TestAllViewsWhileUpdating: an AllViews iteration started after the
+// preliminary view yields it, then waits for and yields the final one.
+func TestAllViewsWhileUpdating(t *testing.T) {
+	c, r := correctable.New[int]()
+	if err := r.Update(view(1, correctable.Eventual)); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []correctable.View[int])
+	go func() { got <- slices.Collect(c.AllViews()) }()
+	if err := r.Close(view(2, correctable.Strong)); err != nil {
+		t.Fatal(err)
+	}
+	vs := <-got
+	if len(vs) != 2 || vs[0].Value != 1 || vs[1].Value != 2 || !vs[1].Final {
+		t.Fatalf("AllViews = %+v, want 1 then the final 2", vs)
+	}
 }
 
 func TestFail(t *testing.T) {

@@ -171,7 +171,7 @@ func runLatencyGap(ctx context.Context, out io.Writer, c *cluster.Cluster, ops i
 // measure waits for a Correctable and records when its preliminary and final
 // views arrived.
 func measure(ctx context.Context, c *correctable.Correctable[client.Result], prelim, final *hdrhistogram.Histogram) error {
-	for v := range c.Views() {
+	for v := range c.AllViews() {
 		h := prelim
 		if v.Final && final != nil {
 			h = final

@@ -221,7 +221,7 @@ func ycsbOp(ctx context.Context, cl *client.Client, op loadgen.Op, mode loadgen.
 		c = cl.Invoke(ctx, cop)
 	}
 	var views []correctable.View[client.Result]
-	for v := range c.Views() {
+	for v := range c.AllViews() {
 		views = append(views, v)
 	}
 	if c.Err() != nil || len(views) == 0 {

@@ -126,7 +126,7 @@ func runQueue(ctx context.Context, out, progress io.Writer, f evalFlags, ops, pe
 					c = cl.InvokeStrong(ctx, op)
 				}
 				var vs []correctable.View[client.Result]
-				for v := range c.Views() {
+				for v := range c.AllViews() {
 					vs = append(vs, v)
 				}
 				if err := c.Err(); err != nil {

@@ -241,7 +241,7 @@ type viewJSON struct {
 func printViews(w io.Writer, op client.Op, cor *correctable.Correctable[client.Result], format outputFormat, timeout time.Duration) error {
 	var last client.Result
 	var lastReplica uint64
-	for v := range cor.Views() {
+	for v := range cor.AllViews() {
 		var replica uint64
 		if st, ok := v.Stamp.(client.Stamp); ok {
 			replica = st.Replica

@@ -149,7 +149,7 @@ func (f *slaFlags) run(ctx context.Context, cmd *cobra.Command, c *client.Client
 		return errors.Join(err, saveSession(f.session, s))
 	}
 	cor := c.InvokeSLA(ctx, s, sla, key)
-	for v := range cor.Views() {
+	for v := range cor.AllViews() {
 		// An SLA's views rank its subSLAs, not the weak and strong
 		// levels: the one the Get settles on is the final view.
 		kind := "preliminary"
@@ -186,7 +186,7 @@ func printSLAView(w io.Writer, kind string, sla client.SLA, r client.SLAResult, 
 }
 
 func printSessionViews(w io.Writer, op client.Op, cor *correctable.Correctable[client.Result], asJSON bool) error {
-	for v := range cor.Views() {
+	for v := range cor.AllViews() {
 		st, _ := client.StampOf(v)
 		g, _ := client.GuaranteesOf(v)
 		if asJSON {

@@ -7,8 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/correctables/correctables/client"
+	"github.com/correctables/correctables/correctable"
 )
 
 // abbreviated matches "prelim" as a word of its own or a column prefix
@@ -65,5 +69,27 @@ func TestViewLabelsWithSession(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 ||
 		!strings.HasPrefix(lines[0], "preliminary ") || !strings.HasPrefix(lines[1], "final ") {
 		t.Errorf("invoke --session get: %q, want a preliminary then a final line", out)
+	}
+}
+
+// printViews prints every view of an invocation, even when both arrived
+// before it started: the preliminary view and the final one's confirmation
+// can come in one read from the stream, and starting at the latest view
+// would print the final line alone (seen once in CI on 'invoke get').
+func TestPrintViewsPrintsViewsThatArrivedFirst(t *testing.T) {
+	c, r := correctable.New[client.Result]()
+	if err := r.Update(correctable.View[client.Result]{Level: correctable.Eventual, Value: client.Result{Value: []byte("v"), Found: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(correctable.View[client.Result]{Level: correctable.Strong, Confirmed: true}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printViews(&out, client.Get("k"), c, outputFormat{}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "preliminary ") || !strings.HasPrefix(lines[1], "final ") {
+		t.Fatalf("printViews: %q, want a preliminary then a final line", out.String())
 	}
 }

@@ -165,7 +165,7 @@ func (c *correctablesConn) Do(ctx context.Context, op Op, mode Mode) (Sample, er
 		}
 		last = v.Value
 	} else {
-		for v := range cor.Views() {
+		for v := range cor.AllViews() {
 			if !v.Final {
 				s.HasPrelim, s.Prelim, prelim = true, v.Elapsed, v.Value
 				continue
