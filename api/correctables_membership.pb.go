@@ -240,12 +240,8 @@ type MemberAddRequest struct {
 	// id of the new replica; 0 picks one above every id the cluster has used.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// peer_addr is where the other replicas reach the new one (HOST:PORT).
-	PeerAddr string `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	Learner  bool   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
-	// draining: the replica drains before its removal (member remove or
-	// member replace started it) and refuses client operations; it is
-	// removed once the change completes.
-	Draining      bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
+	PeerAddr      string `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	Learner       bool   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,13 +293,6 @@ func (x *MemberAddRequest) GetPeerAddr() string {
 func (x *MemberAddRequest) GetLearner() bool {
 	if x != nil {
 		return x.Learner
-	}
-	return false
-}
-
-func (x *MemberAddRequest) GetDraining() bool {
-	if x != nil {
-		return x.Draining
 	}
 	return false
 }
@@ -496,12 +485,11 @@ const file_correctables_membership_proto_rawDesc = "" +
 	"\aremoved\x18\x04 \x03(\x04R\aremoved\x12\x14\n" +
 	"\x05joint\x18\x05 \x01(\bR\x05joint\x12#\n" +
 	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x18\n" +
-	"\awarning\x18\a \x01(\tR\awarning\"u\n" +
+	"\awarning\x18\a \x01(\tR\awarning\"i\n" +
 	"\x10MemberAddRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x18\n" +
-	"\alearner\x18\x03 \x01(\bR\alearner\x12\x1a\n" +
-	"\bdraining\x18\x04 \x01(\bR\bdraining\"&\n" +
+	"\alearner\x18\x03 \x01(\bR\alearnerJ\x04\b\x04\x10\x05R\bdraining\"&\n" +
 	"\x14MemberPromoteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"O\n" +
 	"\x13MemberRemoveRequest\x12\x0e\n" +

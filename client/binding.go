@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/correctables/correctables/api"
@@ -182,15 +184,87 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 // invokeAt runs req at e and emits its views. It reports whether the
 // request left the client and whether any view arrived, so that the caller
 // knows whether trying elsewhere could run the operation twice.
+//
+// A request for one view goes as the unary Call, which costs both ends
+// less than the stream of Invoke; one for both views as Invoke. An
+// endpoint that does not know Call (a replica older than it: Unimplemented,
+// which gRPC answers before any handler runs) gets Invoke from then on.
 func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
+	if ls.eventual != ls.strong && !e.noCall.Load() {
+		sent, viewed, err := c.callAt(ctx, e, req, ls, emit, tr)
+		if err != errNoCall {
+			return sent, viewed, err
+		}
+		e.noCall.Store(true)
+		c.cfg.logger.Debug("client: endpoint does not implement Call; using Invoke for single-view operations", "endpoint", e.addr)
+	}
+	return c.streamAt(ctx, e, req, ls, emit, tr)
+}
+
+// errNoCall: the endpoint answered Call with Unimplemented.
+var errNoCall = errors.New("client: Call not implemented by the endpoint")
+
+// callAt runs req, which asks for one view, at e with the unary Call and
+// emits the view; it returns errNoCall if e does not implement Call.
+// Otherwise it reports and counts like streamAt: the same errors, the same
+// stats and trace fields, the same protocol checks.
+func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
+	a := newAttempt()
+	// No cancel of its own, unlike a stream: a unary call ends with its
+	// reply.
+	ctx = context.WithValue(ctx, attemptKey{}, a)
+	rep, err := e.store.Call(ctx, req)
+	sent = a.sent.Load()
+	if sent {
+		c.countSent(a, req, tr)
+	}
+	if err != nil {
+		if ctx.Err() == nil && status.Code(err) == codes.Unimplemented {
+			return sent, false, errNoCall
+		}
+		return sent, false, errorFromStatus(ctx, err)
+	}
+	c.countReceived(a, rep, tr)
+	var rd reader
+	v, _, err := rd.view(rep, ls) // one view asked for: it is the last
+	if err != nil {
+		return true, false, err
+	}
+	c.stats.views.Add(1)
+	tr.Views++
+	if err := emit(v); err != nil {
+		if errors.Is(err, correctable.ErrClosed) {
+			return true, true, nil // the invocation ended: nothing to report
+		}
+		return true, true, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	return true, true, nil
+}
+
+// countSent and countReceived add a request's and a reply's encoded
+// sizes (as the wire counter saw them in attempt a) to the Client's stats
+// and the operation's trace.
+func (c *Client) countSent(a *attempt, req *api.InvokeRequest, tr *OpTrace) {
+	n := size(a.reqBytes.Load(), req)
+	c.stats.bytesSent.Add(uint64(n))
+	tr.BytesSent += n
+}
+
+func (c *Client) countReceived(a *attempt, rep *api.ViewReply, tr *OpTrace) {
+	n := size(a.inBytes.Load(), rep)
+	c.stats.bytesReceived.Add(uint64(n))
+	tr.BytesReceived += n
+}
+
+// streamAt runs req at e with the server-streaming Invoke and emits its
+// views.
+func (c *Client) streamAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
 	a := newAttempt()
 	ctx, cancel := context.WithCancel(context.WithValue(ctx, attemptKey{}, a))
 	defer cancel() // ends the stream whatever the server still sends
 	stream, err := e.store.Invoke(ctx, req)
 	if a.sent.Load() {
-		n := size(a.reqBytes.Load(), req)
-		c.stats.bytesSent.Add(uint64(n))
-		tr.BytesSent += n
+		c.countSent(a, req, tr)
 	}
 	if err != nil {
 		return a.sent.Load(), false, errorFromStatus(ctx, err)
@@ -205,9 +279,7 @@ func (c *Client) invokeAt(ctx context.Context, e *endpoint, req *api.InvokeReque
 		if err != nil {
 			return true, rd.viewed, errorFromStatus(ctx, err)
 		}
-		n := size(a.inBytes.Load(), rep)
-		c.stats.bytesReceived.Add(uint64(n))
-		tr.BytesReceived += n
+		c.countReceived(a, rep, tr)
 		v, last, err := rd.view(rep, ls)
 		if err != nil {
 			return true, rd.viewed, err

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,6 +47,9 @@ type endpoint struct {
 	index int // position in Dial's list: the tie-breaker
 	conn  *grpc.ClientConn
 	store api.StoreClient
+	// noCall is set once the endpoint answered Call with Unimplemented (a
+	// replica older than Call): single-view operations take Invoke there.
+	noCall atomic.Bool
 
 	mu      sync.Mutex
 	samples []time.Duration // the last round-trip times, a ring of cfg.probeWindow

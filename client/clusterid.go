@@ -90,6 +90,20 @@ func (p *clusterPin) dialOptions(addr string) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			ctx, sent := p.outgoing(ctx)
+			if a, _ := ctx.Value(attemptKey{}).(*attempt); a != nil {
+				// A Call: the wire counter keeps the reply's header (gRPC
+				// hands it over before the reply or the status that
+				// follows it), so no grpc.Header copy of it is needed.
+				err := invoke(ctx, method, req, reply, cc, opts...)
+				var hdr metadata.MD
+				if h := a.header.Load(); h != nil {
+					hdr = *h
+				}
+				if cerr := p.check(addr, hdr, sent); cerr != nil {
+					return cerr
+				}
+				return err
+			}
 			var hdr metadata.MD
 			err := invoke(ctx, method, req, reply, cc, append(opts, grpc.Header(&hdr))...)
 			if cerr := p.check(addr, hdr, sent); cerr != nil {

@@ -16,11 +16,14 @@
 //
 // The typed helpers (c.Get, c.Put, c.Incr, ...) build the op and invoke it
 // at the levels given, both by default. All requests of one invocation are
-// one gRPC call with one stream of replies (Correctables §5.2): the replica
-// sends the preliminary view before coordinating and, when the final view
-// equals it, a small confirmation instead of the result; such a view has
-// Confirmed set and the preliminary view's value. Every view carries the
-// replica's Stamp (StampOf).
+// one gRPC call. For both views it is Store.Invoke, with one stream of
+// replies (Correctables §5.2): the replica sends the preliminary view before
+// coordinating and, when the final view equals it, a small confirmation
+// instead of the result; such a view has Confirmed set and the preliminary
+// view's value. For one view (InvokeWeak, InvokeStrong) it is the unary
+// Store.Call, which costs both ends less than a stream; an endpoint that
+// answers Call with Unimplemented (a replica older than Call) gets Invoke
+// from then on. Every view carries the replica's Stamp (StampOf).
 //
 // The Client is a correctable.Binding[Op, Result], so everything in package
 // correctable (Speculate, Then, All, FirstAtLeast, ...) applies. Result is

@@ -62,7 +62,7 @@ var (
 	// preliminary one. Do not retry an update on it: it took effect; read
 	// the key to learn the outcome.
 	ErrResultLost = errors.New("client: operation committed, final result not retained")
-	// ErrProtocol: the server's reply stream broke the view protocol (a
+	// ErrProtocol: the server's replies broke the view protocol (a
 	// confirmation without a preliminary view, a view without a result, a
 	// view at a level not requested, or a stream that ended without its
 	// final view).

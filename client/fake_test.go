@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/correctables/correctables/api"
@@ -36,11 +39,14 @@ type fakeStore struct {
 	script func(*api.InvokeRequest, grpc.ServerStreamingServer[api.ViewReply]) error
 	// statusFail makes Status fail while set.
 	statusFail atomic.Bool
+	// noCall makes Call Unimplemented, like a replica older than Call.
+	noCall bool
 
 	mu       sync.Mutex
 	reqs     []*api.InvokeRequest
 	sent     []*api.ViewReply
 	statuses int
+	calls    int
 }
 
 var testStamp = &api.Stamp{Replica: 7, AppliedIndex: 11, CommittedCount: 5, Vv: map[uint64]uint64{1: 3, 2: 4}, StableTime: 99}
@@ -99,6 +105,50 @@ func (f *fakeStore) Invoke(req *api.InvokeRequest, stream grpc.ServerStreamingSe
 		r.Confirmed = true
 	}
 	return send(r)
+}
+
+// Call answers a single-view request like Invoke does, with the one reply
+// its stream would carry, unless noCall is set: then it is Unimplemented,
+// as a replica older than Call answers.
+func (f *fakeStore) Call(ctx context.Context, req *api.InvokeRequest) (*api.ViewReply, error) {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	if f.noCall {
+		return nil, status.Error(codes.Unimplemented, "unknown method Call for service correctables.v1.Store")
+	}
+	s := &unaryStream{ctx: ctx}
+	if err := f.Invoke(req, s); err != nil {
+		return nil, err
+	}
+	if len(s.replies) != 1 {
+		return nil, status.Errorf(codes.Internal, "fake: %d replies for a Call", len(s.replies))
+	}
+	return s.replies[0], nil
+}
+
+// unaryStream is the stream Call hands to Invoke: it keeps the replies.
+type unaryStream struct {
+	grpc.ServerStream // nil: the methods below are the ones Invoke uses
+	ctx               context.Context
+	replies           []*api.ViewReply
+}
+
+func (s *unaryStream) Context() context.Context        { return s.ctx }
+func (s *unaryStream) SetHeader(md metadata.MD) error  { return grpc.SetHeader(s.ctx, md) }
+func (s *unaryStream) SendHeader(md metadata.MD) error { return grpc.SendHeader(s.ctx, md) }
+func (s *unaryStream) SetTrailer(md metadata.MD)       { _ = grpc.SetTrailer(s.ctx, md) }
+func (s *unaryStream) Send(r *api.ViewReply) error {
+	s.replies = append(s.replies, r)
+	return nil
+}
+
+// callCount returns how many Calls the fake answered (Unimplemented ones
+// too).
+func (f *fakeStore) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
 
 func (f *fakeStore) requests() []*api.InvokeRequest {

@@ -13,7 +13,7 @@ import (
 // Stats counts the Client's operations and the bytes they moved on the
 // client link, so that the bandwidth cost of incremental views can be
 // measured against the paper's (Correctables §5.2, §6.2.1). Byte counts
-// cover Invoke streams only, not probes.
+// cover operations (Invoke streams and Calls) only, not probes.
 type Stats struct {
 	// Ops is the number of invocations submitted; Failed, those that
 	// failed (any error but the invocation's end).
@@ -82,8 +82,8 @@ type counters struct {
 	wireSent, wireReceived                       atomic.Uint64
 }
 
-// attempt is what the wire counter learns about one Invoke RPC. It rides in
-// the RPC's context.
+// attempt is what the wire counter learns about one Invoke or Call RPC. It
+// rides in the RPC's context.
 type attempt struct {
 	// sent is set once the request was written to the transport: from then
 	// on the replica may execute it, and an update must not be retried
@@ -94,7 +94,7 @@ type attempt struct {
 	// count them); -1 until reported.
 	reqBytes, inBytes atomic.Int64
 	// header is the reply's header as gRPC gave it to the stats handler
-	// (its own copy), before the first message or the end of the stream.
+	// (its own copy), before the first message or the end of the call.
 	header atomic.Pointer[metadata.MD]
 }
 
@@ -126,7 +126,7 @@ func (wireCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Cont
 func (w wireCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	a, ok := ctx.Value(attemptKey{}).(*attempt)
 	if !ok {
-		return // not an Invoke (a probe)
+		return // not an Invoke or a Call (a probe)
 	}
 	switch s := s.(type) {
 	case *stats.OutPayload:

@@ -3,6 +3,7 @@ package correctable
 import (
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -72,6 +73,10 @@ func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...L
 
 	e := &emitter[T]{r: r, levels: levels}
 	goSubmit(func() {
+		// A reused goroutine carries the profiler labels of the invocation
+		// that started it: take this invocation's (those of ctx, set by
+		// pprof.Do or pprof.WithLabels; none otherwise).
+		pprof.SetGoroutineLabels(ctx)
 		defer cancel()
 		err := b.Submit(sctx, op, levels, e.emit)
 		if err != nil {

@@ -83,7 +83,8 @@ func resultToAPI(r state.Result) *api.Result {
 }
 
 // stampToAPI converts a view's stamp. The reply shares the stamp's VV: the
-// replica gives each view a VV of its own, which nothing writes.
+// replica never writes a VV it put in a stamp (views taken while its VV
+// stayed the same share one), and nothing else does.
 func stampToAPI(s replica.Stamp) *api.Stamp {
 	return &api.Stamp{
 		Replica: s.Replica, AppliedIndex: s.AppliedIndex, CommittedCount: uint64(s.CommittedCount),

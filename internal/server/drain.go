@@ -48,21 +48,41 @@ func (c clusterService) drainBound(ctx context.Context, ms uint32) time.Duration
 
 // drainFor drains the replica chs removes (the first Remove) unless chs is
 // not a valid change now (the change then fails as it would without a
-// drain, and no replica is left draining).
+// drain, and no replica is left draining). While another membership change
+// is in progress (a joint configuration, which raft leaves on its own) it
+// waits for it, within the request's deadline (memberTimeout without one),
+// and drains nobody if it does not end: a change proposed then would wait
+// too, and a drained replica refuses its clients until it is removed.
 func (c clusterService) drainFor(ctx context.Context, chs []replica.MemberChange, ms uint32) (string, error) {
 	i := slices.IndexFunc(chs, func(ch replica.MemberChange) bool { return ch.Kind == replica.Remove })
 	if i < 0 {
 		return "", nil
 	}
-	var cerr error
-	if err := c.s.exec(ctx, func(r *replica.Replica) { cerr = r.CheckMembers(chs) }); err != nil {
-		return "", toStatus(err)
+	wctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, memberTimeout)
+		defer cancel()
 	}
-	if errors.Is(cerr, replica.ErrBadMemberChange) {
-		// Removed already (a retry) is not an error: change() says so.
-		return "", nil
+	for {
+		var cerr error
+		if err := c.s.exec(wctx, func(r *replica.Replica) { cerr = r.CheckMembers(chs) }); err != nil {
+			return "", toStatus(err)
+		}
+		switch {
+		case cerr == nil:
+			return c.drain(ctx, chs[i].ID, c.drainBound(ctx, ms))
+		case !errors.Is(cerr, replica.ErrMemberChangePending):
+			// Not a valid change (or removed already, a retry, which is
+			// not an error): change() says so; nothing to drain.
+			return "", nil
+		}
+		select {
+		case <-wctx.Done():
+			return "", status.Errorf(codes.Unavailable, "replica %d: another membership change is in progress (%v); nothing was drained or changed; check `member list` and retry", c.s.cfg.ID, strings.TrimPrefix(cerr.Error(), "replica: "))
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return c.drain(ctx, chs[i].ID, c.drainBound(ctx, ms))
 }
 
 // drain commits the drain marker of replica id (proposing it again while

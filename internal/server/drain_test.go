@@ -22,23 +22,14 @@ import (
 // the drain carries them into the log: removed without it, they were lost
 // (as the replica test's control shows on the replica core).
 func TestMemberRemoveDrainsUngossipedWeakWrites(t *testing.T) {
-	dir := t.TempDir()
-	peers := freePeers(t, 3)
 	const x = 3
-	servers := map[uint64]*Server{}
-	for id := uint64(1); id <= 3; id++ {
-		servers[id] = startOnPebble(t, dir, peers, id, true, func(c *Config) {
-			if id == x {
-				c.NoopTicks = 1 << 30
-				c.dropPeerMsg = func(m replica.Message) bool { return m.Type != replica.MsgRaft }
-			}
-		})
-	}
-	defer func() {
-		for _, s := range servers {
-			s.Stop()
+	pc := startPebbleCluster(t, 3, func(id uint64, c *Config) {
+		if id == x {
+			c.NoopTicks = 1 << 30
+			c.dropPeerMsg = func(m replica.Message) bool { return m.Type != replica.MsgRaft }
 		}
-	}()
+	})
+	peers, servers := pc.peers, pc.servers
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	strongPutUntilFinal(ctx, t, dial(t, peers[1]), time.Second)
@@ -68,8 +59,7 @@ func TestMemberRemoveDrainsUngossipedWeakWrites(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the removed replica keeps running")
 	}
-	servers[x].Stop()
-	delete(servers, x)
+	pc.stop(x)
 	c1 := dial(t, peers[1])
 	for i := range n {
 		views, err := invoke(ctx, c1, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: fmt.Sprint("w", i)}, Final: true, Strong: true})
@@ -87,17 +77,8 @@ func TestMemberRemoveDrainsUngossipedWeakWrites(t *testing.T) {
 // drains (api.DrainingMarker), before running them; member list shows it
 // draining; the others serve; member remove then finds it drained.
 func TestDrainingReplicaRefusesClients(t *testing.T) {
-	dir := t.TempDir()
-	peers := freePeers(t, 3)
-	servers := map[uint64]*Server{}
-	for id := uint64(1); id <= 3; id++ {
-		servers[id] = startOnPebble(t, dir, peers, id, true, nil)
-	}
-	defer func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	}()
+	pc := startPebbleCluster(t, 3, nil)
+	peers, servers := pc.peers, pc.servers
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	strongPutUntilFinal(ctx, t, dial(t, peers[1]), time.Second)

@@ -37,18 +37,9 @@ func listIDs(l *api.MemberListReply) (ids []uint64, learners []uint64) {
 // removes a replica (which stops, and whose id is refused afterwards), and
 // checks the data at the new replica.
 func TestMembershipOnPebble(t *testing.T) {
-	dir := t.TempDir()
-	peers := freePeers(t, 3)
 	small := func(c *Config) { c.SnapshotEntries, c.CompactMargin = 20, 5 }
-	servers := map[uint64]*Server{}
-	for id := uint64(1); id <= 3; id++ {
-		servers[id] = startOnPebble(t, dir, peers, id, true, small)
-	}
-	defer func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	}()
+	pc := startPebbleCluster(t, 3, func(_ uint64, c *Config) { small(c) })
+	dir, peers, servers := pc.dir, pc.peers, pc.servers
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c1 := dial(t, peers[1])
@@ -124,8 +115,7 @@ func TestMembershipOnPebble(t *testing.T) {
 	}
 	// A restart of the removed replica from its data stops again: at once
 	// if its log holds its removal, else as soon as a member refuses it.
-	servers[3].Stop()
-	delete(servers, 3)
+	pc.stop(3)
 	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, "3"), NoSync: true, Logger: reviewQuiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -79,22 +79,13 @@ func waitRemoved(ctx context.Context, t *testing.T, s *Server, log *syncBuffer, 
 // A replica removed while it runs applies its removal, stops with a clear
 // log line and error, and does not start again on its data directory.
 func TestRemovedReplicaStopsAndDoesNotRestart(t *testing.T) {
-	dir := t.TempDir()
-	peers := freePeers(t, 3)
 	var log3 syncBuffer
-	servers := map[uint64]*Server{}
-	for id := uint64(1); id <= 3; id++ {
-		servers[id] = startOnPebble(t, dir, peers, id, true, func(c *Config) {
-			if id == 3 {
-				c.Logger = slog.New(slog.NewTextHandler(&log3, nil))
-			}
-		})
-	}
-	defer func() {
-		for _, s := range servers {
-			s.Stop()
+	pc := startPebbleCluster(t, 3, func(id uint64, c *Config) {
+		if id == 3 {
+			c.Logger = slog.New(slog.NewTextHandler(&log3, nil))
 		}
-	}()
+	})
+	dir, peers, servers := pc.dir, pc.peers, pc.servers
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	strongPutUntilFinal(ctx, t, dial(t, peers[1]), time.Second)
@@ -114,8 +105,7 @@ func TestRemovedReplicaStopsAndDoesNotRestart(t *testing.T) {
 		how = "refused its messages"
 	}
 	waitRemoved(ctx, t, servers[3], &log3, how)
-	servers[3].Stop()
-	delete(servers, 3)
+	pc.stop(3)
 	restartRemoved(t, dir, peers, 3, how)
 	// Twice: the refusal is recorded, not a side effect of the first one.
 	restartRemoved(t, dir, peers, 3, how)
@@ -127,22 +117,12 @@ func TestRemovedReplicaStopsAndDoesNotRestart(t *testing.T) {
 // refuses its messages: it stops, and from then on does not start again,
 // although its log does not hold its removal.
 func TestReplicaRemovedWhileDownStopsAndDoesNotRestart(t *testing.T) {
-	dir := t.TempDir()
-	peers := freePeers(t, 3)
-	servers := map[uint64]*Server{}
-	for id := uint64(1); id <= 3; id++ {
-		servers[id] = startOnPebble(t, dir, peers, id, true, nil)
-	}
-	defer func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	}()
+	pc := startPebbleCluster(t, 3, nil)
+	dir, peers := pc.dir, pc.peers
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	strongPutUntilFinal(ctx, t, dial(t, peers[1]), time.Second)
-	servers[3].Stop()
-	delete(servers, 3)
+	pc.stop(3)
 	// It cannot drain: the removal goes ahead after the drain's bound and
 	// says so.
 	l, err := dialCluster(t, peers[1]).MemberRemove(ctx, &api.MemberRemoveRequest{Id: 3, DrainTimeoutMs: 2000})

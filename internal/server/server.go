@@ -93,11 +93,21 @@ type Config struct {
 	ClusterToken   string
 	InitialCluster map[uint64]string
 	ClusterID      uint64
+	// BusyWait is how long a request waits for room when the replica
+	// cannot take it yet (it holds MaxTentative uncommitted operations of
+	// its own, or MaxPending strong ones: replica.ErrBusy) before it is
+	// refused with ResourceExhausted: back-pressure, so that a burst of
+	// weak writes faster than commits waits rather than fails. Waiting
+	// requests are taken in arrival order as commits make room. Default
+	// 1s; negative refuses at once.
+	BusyWait time.Duration
 	// DrainTimeout bounds how long member remove and member replace wait
 	// for the replica they remove to confirm its drain before they go
 	// ahead without it (a request may set its own bound). Default 10s.
 	DrainTimeout time.Duration
 
+	// maxTentative, if set (tests), is the replica's MaxTentative.
+	maxTentative int
 	// dropPeerMsg, if set (tests), drops the peer messages it selects
 	// before they are queued: a network fault between replicas.
 	dropPeerMsg func(replica.Message) bool
@@ -148,6 +158,9 @@ func (c *Config) validate() error {
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = defaultDrainTimeout
 	}
+	if c.BusyWait == 0 {
+		c.BusyWait = time.Second
+	}
 	def(&c.CompactMargin, 1000)
 	def(&c.PeerQueue, 4096)
 	def(&c.PeerQueueBytes, 64<<20)
@@ -163,9 +176,12 @@ func (c *Config) validate() error {
 
 // request is a client request on its way to the loop.
 type request struct {
+	ctx   context.Context
 	cr    replica.ClientRequest
 	views chan replica.View // buffered for every view the request can get
 	err   chan error        // Submit's answer
+	// parked is when the replica first refused it as busy (see BusyWait).
+	parked time.Time
 }
 
 // Server runs one replica: the event loop that owns it, gRPC services for
@@ -189,6 +205,10 @@ type Server struct {
 	// Owned by the loop: the requests waiting for views, by seq.
 	waiting map[uint64]*request
 	nextSeq uint64
+	// parked holds, oldest first, the requests the replica refused as busy
+	// that wait for room (Config.BusyWait).
+	parked      []*request
+	parkedKinds [3]int // of parked, by busyKind
 	// Catch-up logging (logCatchUp).
 	catchUpLogged time.Time
 	catchingUp    bool
@@ -230,6 +250,7 @@ func New(cfg Config) (*Server, error) {
 		Limits: cfg.Limits, ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks,
 		GossipTicks: cfg.GossipTicks, NoopTicks: cfg.NoopTicks, RetryTicks: cfg.RetryTicks,
 		SnapshotEntries: cfg.SnapshotEntries, SnapshotBytes: cfg.SnapshotBytes, SnapshotTicks: cfg.SnapshotTicks, Logger: cfg.Logger.With("replica", cfg.ID),
+		MaxTentative: cfg.maxTentative,
 	})
 	if errors.Is(err, replica.ErrRemoved) {
 		// Its log holds its removal: record it, so that the refusal does
@@ -425,6 +446,7 @@ func (s *Server) loop() {
 			s.failWaiting()
 			return
 		}
+		s.unpark()
 		s.logCatchUp()
 		if err := s.syncMembers(); err != nil {
 			// Removed from the cluster (syncMembers logged it).
@@ -466,13 +488,79 @@ func (s *Server) step(m replica.Message) {
 }
 
 func (s *Server) submitOne(req *request) {
+	// Behind the waiting requests of its kind, if any, so that each kind is
+	// taken in arrival order; else at once.
+	k := busyKind(req)
+	if s.parkedKinds[k] > 0 || !s.trySubmit(req) {
+		req.parked = time.Now()
+		s.parked = append(s.parked, req)
+		s.parkedKinds[k]++
+	}
+}
+
+// busyKind classes the requests the replica refuses as busy for different
+// reasons: weak updates and strong ones (too many uncommitted operations
+// of its own, or too many strong operations pending) and strong reads (too
+// many pending); weak reads are never refused.
+func busyKind(req *request) int {
+	switch {
+	case req.cr.Op.ReadOnly():
+		return 0
+	case req.cr.Strong:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// trySubmit submits req to the replica and answers it, unless the replica
+// is busy and req may still wait for room (BusyWait): it returns false then,
+// and req has had no answer.
+func (s *Server) trySubmit(req *request) bool {
 	s.nextSeq++
 	req.cr.Seq = s.nextSeq
 	err := s.rep.Submit(req.cr)
+	if errors.Is(err, replica.ErrBusy) && s.cfg.BusyWait > 0 && (req.parked.IsZero() || time.Since(req.parked) < s.cfg.BusyWait) {
+		return false
+	}
+	s.answer(req, err)
+	return true
+}
+
+func (s *Server) answer(req *request, err error) {
 	if err == nil && req.cr.Want != 0 {
 		s.waiting[req.cr.Seq] = req
 	}
 	req.err <- err
+}
+
+// unpark submits the requests waiting for room, oldest first, after a
+// Ready whose commits may have made some. Once the replica refuses one,
+// the later ones of its kind wait with it (busyKind); those of other kinds
+// are still tried. Those that waited BusyWait are refused, and those whose
+// clients went away are dropped.
+func (s *Server) unpark() {
+	if len(s.parked) == 0 {
+		return
+	}
+	var blocked [3]bool
+	keep := s.parked[:0]
+	for _, req := range s.parked {
+		k := busyKind(req)
+		switch {
+		case req.ctx.Err() != nil:
+			req.err <- req.ctx.Err() // its invoke has returned; the channel has room
+		case time.Since(req.parked) >= s.cfg.BusyWait:
+			s.answer(req, replica.ErrBusy)
+		case blocked[k] || !s.trySubmit(req):
+			blocked[k] = true
+			keep = append(keep, req)
+			continue
+		}
+		s.parkedKinds[k]--
+	}
+	clear(s.parked[len(keep):])
+	s.parked = keep
 }
 
 // send hands a message to its peer's queue (never blocks).
@@ -530,6 +618,33 @@ func (s *Server) Invoke(in *api.InvokeRequest, stream grpc.ServerStreamingServer
 	return toStatus(err)
 }
 
+// Call implements api.StoreServer: Invoke for an operation that asks for
+// one view, returned as the reply of a unary call, which costs both ends
+// less than a stream. It runs through invoke like Invoke does (the same
+// checks, limits, overload refusal, errors and metrics); the cluster-id
+// check is the unary interceptor's (clusterServerOptions).
+func (s *Server) Call(ctx context.Context, in *api.InvokeRequest) (*api.ViewReply, error) {
+	if in.GetPreliminary() == in.GetFinal() {
+		return nil, toStatus(fmt.Errorf("%w: Call returns one view: ask for the preliminary view or the final view, not both or neither (Invoke streams both)", ErrInvalidRequest))
+	}
+	var c viewCapture
+	if err := s.invoke(ctx, in, c.send); err != nil {
+		return nil, toStatus(err)
+	}
+	if c.reply == nil {
+		return nil, toStatus(fmt.Errorf("server: invariant: request ended without its view"))
+	}
+	return c.reply, nil
+}
+
+// viewCapture keeps the view invoke sends, for Call.
+type viewCapture struct{ reply *api.ViewReply }
+
+func (c *viewCapture) send(r *api.ViewReply) error {
+	c.reply = r
+	return nil
+}
+
 func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*api.ViewReply) error) error {
 	op, err := opFromAPI(in.GetOp())
 	if err != nil {
@@ -555,6 +670,7 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 		return ErrOverloaded
 	}
 	req := &request{
+		ctx:   ctx,
 		cr:    replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
 		views: make(chan replica.View, 2),
 		err:   make(chan error, 1),
