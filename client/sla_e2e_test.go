@@ -70,7 +70,7 @@ func TestSLAE2E(t *testing.T) {
 	// the top subSLA.
 	cor := c.InvokeSLA(ctx, s, loose, "k")
 	var views []correctable.View[client.SLAResult]
-	for v := range cor.Views() {
+	for v := range cor.AllViews() {
 		views = append(views, v)
 	}
 	if err := cor.Err(); err != nil {

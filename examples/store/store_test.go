@@ -33,7 +33,7 @@ func TestClientBindingAndConfirmations(t *testing.T) {
 		before := tc.cl.Stats()
 		views := store.Read(ctx, store.Client(tc.cl), "k")
 		var got []correctable.View[store.Result]
-		for v := range views.Views() {
+		for v := range views.AllViews() {
 			got = append(got, v)
 		}
 		if err := views.Err(); err != nil {

@@ -118,7 +118,7 @@ func TestClientOperationsAtLimits(t *testing.T) {
 		cor := c.Invoke(ctx, op, correctable.Eventual, correctable.Strong)
 		var last client.Result
 		n := 0
-		for v := range cor.Views() {
+		for v := range cor.AllViews() {
 			last, n = v.Value, n+1
 		}
 		if err := cor.Err(); err != nil {

@@ -122,7 +122,7 @@ func invoke(ctx context.Context, rec *history.Recorder, clientID int, cl *client
 		c = cl.InvokeWeak(ctx, o.c)
 	}
 	var out outcome
-	for v := range c.Views() {
+	for v := range c.AllViews() {
 		out.views = append(out.views, v)
 		if h == nil {
 			continue
