@@ -8,11 +8,20 @@ import (
 
 // Online is a running estimate of the proportion of positive Γ scores over a
 // stream of operations, for a controller or a progress line. A value is
-// scored once, Settle after its write started (the reads that make a value
-// stale come soon after the write that overwrites it), against the values of
-// its key that Online still holds; then it is kept for a while to be
-// matched by later reads. Memory is bounded: a key keeps at most KeepPerKey
-// scored values, and scored values are dropped after Horizon.
+// counted once, against the values of its key that Online still holds: as
+// positive at the first Collect that finds its score over the threshold
+// (a score only grows as operations are added, so a value found stale
+// stays stale: a read that returned it after a newer value's write had
+// finished makes it stale at once), otherwise Settle after its write
+// started (the reads that make a value stale come soon after the write
+// that overwrites it). Then it is kept for a while to be matched by later
+// reads. Memory is bounded: a key keeps at most KeepPerKey scored values,
+// and scored values are dropped after Horizon.
+//
+// Counting a stale value when its stale read arrives, rather than Settle
+// after its write, makes a period's positive count that of the reads of
+// that period: a change in staleness shows in the next Collect, where
+// scoring every value at Settle showed it one to two periods later.
 //
 // Scores agree with Score on the operations Online holds when it scores a
 // value; a stale read arriving after its value was scored is missed, and a
@@ -24,7 +33,8 @@ type Online struct {
 
 	mu      sync.Mutex
 	keys    map[string]*onlineKey
-	pending []pendingValue // written values not yet scored, in arrival order
+	pending []pendingValue  // written values not yet scored, in arrival order
+	read    map[string]bool // keys read since the last Collect
 	total   OnlineCounts
 }
 
@@ -87,7 +97,7 @@ func NewOnline(cfg OnlineConfig) *Online {
 	return &Online{
 		threshold: max(cfg.Threshold.Nanoseconds(), 0), settle: cfg.Settle.Nanoseconds(),
 		horizon: cfg.Horizon.Nanoseconds(), keep: cfg.KeepPerKey,
-		keys: map[string]*onlineKey{},
+		keys: map[string]*onlineKey{}, read: map[string]bool{},
 	}
 }
 
@@ -123,18 +133,23 @@ func (o *Online) Add(op Op) {
 	c.add(op, 0)
 	if op.Write {
 		o.pending = append(o.pending, pendingValue{op.Key, c})
+	} else {
+		o.read[op.Key] = true
 	}
 }
 
 // Collect scores the values whose write started at least Settle before now
-// (nanoseconds, the operations' epoch), drops what is past the horizon, and
-// returns the counts of the values it scored. Call it periodically.
+// (nanoseconds, the operations' epoch) and, among the keys read since the
+// last Collect, the values already over the threshold; drops what is past
+// the horizon, and returns the counts of the values it scored. Call it
+// periodically.
 func (o *Online) Collect(now int64) OnlineCounts {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var out OnlineCounts
 	cut := now - o.settle
-	touched := map[string]bool{}
+	touched := o.read
+	o.read = map[string]bool{}
 	rest := o.pending[:0]
 	for _, p := range o.pending {
 		if p.c.wStart > cut {
@@ -153,12 +168,16 @@ func (o *Online) Collect(now int64) OnlineCounts {
 		}
 		scoreKey(cs)
 		for _, c := range k.clusters {
-			if c.scored || !c.written || c.value == Absent || c.wStart > cut {
+			if c.scored || !c.written || c.value == Absent {
 				continue
+			}
+			stale := score(c.score2).Nanoseconds() > o.threshold
+			if c.wStart > cut && !stale {
+				continue // not settled, not (yet) stale
 			}
 			c.scored = true
 			out.Values++
-			if score(c.score2).Nanoseconds() > o.threshold {
+			if stale {
 				out.Positive++
 			}
 		}
