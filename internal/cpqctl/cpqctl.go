@@ -35,7 +35,13 @@
 // whose reads are StrongerStale times as often stale as the weaker level's
 // (0: always fresh), stale(p) = s0*(1-(1-r)*p); through the measured point,
 // stale(p_X) = Margin*X at p_X = (1 - Margin*X/s0)/(1-r). One step goes
-// most of the way there rather than a fixed gain's fraction of it.
+// most of the way there rather than a fixed gain's fraction of it. If p_X
+// lies past p_L (below), where the latency step would aim, the stale step
+// aims half way between the two models' bounds, p_Xb = (1 - X/s0)/(1-r)
+// and p_Lb = (5% - f_w)/(f_s - f_w), and never past p_Lb: with the bounds
+// close (loopback, weak and quorum reads' p95s 0.2-0.5 ms apart), a step to
+// p_X crossed the latency bound (0.55 -> 0.94 in one run), the latency step
+// took p back under the stale bound, and p swung between the two.
 //
 // p_L is where a model of the latency puts the bound. The p95 is over L
 // when more than 5% of reads are slower than L, and a read is one of a
@@ -69,9 +75,10 @@
 // the gate to see in one or two periods' values.
 //
 // After p rises by more than MinStep, the measurements start again: the window is emptied and
-// the next Hold periods are ignored, because the values they score were
-// written under the old p (the caller scores a value a fixed time after
-// its write, Hold periods' worth). Without that, a window still full of
+// the next Hold periods are ignored, for a caller whose values scored in a
+// period were written under the old p (one that scores a value a fixed
+// time after its write, Hold periods' worth; a caller that counts a stale
+// value when its stale read arrives, as gamma.Online does, needs none). Without that, a window still full of
 // the old p's staleness pushes p on past the bound, step after step. After
 // p falls (for latency, which answers at once) the window is kept: its
 // staleness, from a higher p, can only understate the new p's, which costs
@@ -345,6 +352,23 @@ func (c *Controller) latencyStep(o Observation) (step float64, hold bool, why st
 	return c.clamp(c.p-target, c.cfg.MaxLatencyStep), false, ""
 }
 
+// latencyBound is the p at which the latency model puts the p95 at the
+// bound, (5% - f_w)/(f_s - f_w), and the p the latency step aims at, p_L
+// (Margin*5% for 5%), when the levels' counts give them: both levels read,
+// the stronger level's reads are slower than L more often than the
+// weaker's, and the weaker's alone are within (not a stall).
+func (c *Controller) latencyBound(o Observation) (atBound, aim float64, ok bool) {
+	if o.WeakReads == 0 || o.StrongReads == 0 {
+		return 0, 0, false
+	}
+	fw := float64(o.WeakSlow) / float64(o.WeakReads)
+	fs := float64(o.StrongSlow) / float64(o.StrongReads)
+	if fw > tail || fs <= fw {
+		return 0, 0, false
+	}
+	return (tail - fw) / (fs - fw), (c.cfg.Margin*tail - fw) / (fs - fw), true
+}
+
 // Step takes one period's observation and returns the decision.
 func (c *Controller) Step(o Observation) Decision {
 	d := Decision{P: c.p, Stale: math.NaN(), P95: o.P95, Verdict: c.last.Verdict}
@@ -392,6 +416,14 @@ func (c *Controller) Step(o Observation) Decision {
 		atBound := sla.Stale * float64(values)
 		if float64(positive)-atBound <= c.cfg.Z*math.Sqrt(atBound) {
 			target = c.p // within the count's noise of the bound: the floor
+		}
+		if atLatency, aim, ok := c.latencyBound(o); ok && target > aim {
+			// Past where the latency step would aim (so near the latency
+			// bound that the next period's p95 may cross it): aim
+			// half way between where the two models put the bounds, at
+			// most at the latency bound's p.
+			atStale := (1 - sla.Stale/s0) / (1 - r)
+			target = max(c.p, min(target, atLatency, (atStale+atLatency)/2))
 		}
 		c.p = min(1, c.p+c.clamp(target-c.p, c.cfg.MaxStep))
 	default:

@@ -470,3 +470,75 @@ func TestSpanRestartsAfterAFall(t *testing.T) {
 		t.Fatalf("span %d a period after the fall, want 2", c.Span())
 	}
 }
+
+// runMixNow is runMix for a caller that counts a stale value when its stale
+// read arrives (gamma.Online): a period's staleness is that of its own p.
+func runMixNow(c *Controller, plants []mixPlant) []Decision {
+	var ds []Decision
+	for _, pl := range plants {
+		ds = append(ds, c.Step(pl.observe(c.P(), c.P())))
+	}
+	return ds
+}
+
+// TestStaleStepStopsAtTheLatencyBound: weak reads stale 0.06 (the quorum
+// plant after replication slowed down). The stale fraction is within 0.028
+// from p = 0.76, the p95 within 1.3 ms up to p = 0.83; the stale model's
+// p_X (80% of the stale bound) is 0.9, past the latency bound. The step
+// aims between where the two models put the bounds and lands inside both.
+func TestStaleStepStopsAtTheLatencyBound(t *testing.T) {
+	pl := quorumPlant
+	pl.s0 = 0.06
+	if o := pl.observe(0.89, 0.89); o.P95 <= quorumSLA.Latency {
+		t.Fatalf("premise: p95 %v at p_X = 0.89, want over %v", o.P95, quorumSLA.Latency)
+	}
+	c, _ := New(Config{SLA: quorumSLA, P: 0.5, StrongerStale: 0.3, Hold: -1})
+	ds := runMixNow(c, repeat(pl, 10))
+	// 20 of 500 stale at p = 0.5: s0 = 0.0615, the stale bound at p 0.778,
+	// the latency bound (6% of quorum reads over it) at 0.833.
+	if math.Abs(ds[0].P-(0.778+0.833)/2) > 0.005 {
+		t.Fatalf("p %.3f after the stale step, want about %.3f", ds[0].P, (0.778+0.833)/2)
+	}
+	for i, d := range ds[1:] {
+		if !d.LatencyOK || !d.StaleOK || d.P != ds[0].P {
+			t.Fatalf("period %d after the step: %+v", i+1, d)
+		}
+	}
+	if ds[3].Verdict != Met {
+		t.Fatalf("verdict %v three periods after the step, want met", ds[3].Verdict)
+	}
+}
+
+// TestFollowsAChangeCountedAtOnce: the change of
+// TestFollowsAChangeOfTheQuorumPlant (weak reads stale 0.04 -> 0.06) with
+// stale values counted when their read arrives and no hold: the SLA holds
+// again (three judged periods in a row within both bounds, and every
+// period after) within 5 periods of the change.
+func TestFollowsAChangeCountedAtOnce(t *testing.T) {
+	after := quorumPlant
+	after.s0 = 0.06
+	plants := append(repeat(quorumPlant, 30), repeat(after, 30)...)
+	c, _ := New(Config{SLA: quorumSLA, P: 0.5, StrongerStale: 0.3, Hold: -1})
+	ds := runMixNow(c, plants)
+	if ds[29].Verdict != Met {
+		t.Fatalf("not met before the change: %+v", ds[29])
+	}
+	met := -1
+	for i := 30; i < len(ds); i++ {
+		if ds[i].Verdict == Met && i > 32 {
+			met = i - 30
+			break
+		}
+	}
+	if met < 0 || met > 5 {
+		for i, d := range ds[28:] {
+			t.Logf("%d: p %.3f stale %.4f p95 %v %v", i-2, d.P, d.Stale, d.P95, d.Verdict)
+		}
+		t.Fatalf("met again %d periods after the change, want at most 5", met)
+	}
+	for i, d := range ds[30+met:] {
+		if !d.LatencyOK || !d.StaleOK {
+			t.Fatalf("left the SLA %d periods after met: %+v", i, d)
+		}
+	}
+}
