@@ -628,6 +628,7 @@ func controllerSummary(dist string, sla cpqctl.SLA, changeAt time.Duration, chan
 		// the first of the periods within both bounds that led to it.
 		at, viol, rec, back := time.Duration(-1), time.Duration(-1), time.Duration(-1), time.Duration(-1)
 		var pAt, pRec float64 // p in force at the change, and when met again
+		recAt := -1           // the index of the period met again
 		for i, pt := range r.Timeline {
 			if pt.Event != "" && at < 0 {
 				at, pAt = pt.T, pt.P
@@ -639,7 +640,7 @@ func controllerSummary(dist string, sla cpqctl.SLA, changeAt time.Duration, chan
 				viol = pt.T
 			}
 			if pt.T >= at+3*period(r) && pt.Verdict == cpqctl.Met.String() && viol >= 0 && pt.T > viol {
-				rec, pRec = pt.T-at, pt.P
+				rec, pRec, recAt = pt.T-at, pt.P, i
 				back = rec
 				for j := i - 1; j >= 0 && r.Timeline[j].T > viol; j-- {
 					q := r.Timeline[j]
@@ -661,6 +662,26 @@ func controllerSummary(dist string, sla cpqctl.SLA, changeAt time.Duration, chan
 		default:
 			fmt.Fprintf(&b, "  after the change at %v: outside the SLA from %v later; within both bounds again from %v and met (three judged periods in a row) %v after the change; p %.2f at the change, %.2f when met again\n",
 				at.Round(100*time.Millisecond), (viol - at).Round(100*time.Millisecond), back.Round(100*time.Millisecond), rec.Round(100*time.Millisecond), pAt, pRec)
+			// Whether it stayed: the periods within both bounds from
+			// then on, and from when every period to the end was.
+			within, last := 0, -1
+			for j, pt := range r.Timeline[recAt:] {
+				if pt.ReadP95 > sla.Latency || pt.Stale > sla.Stale {
+					last = recAt + j
+				} else {
+					within++
+				}
+			}
+			n := len(r.Timeline) - recAt
+			switch {
+			case last < 0:
+				fmt.Fprintf(&b, "  from then on, within both bounds in every period (%d of %d)\n", within, n)
+			case last == len(r.Timeline)-1:
+				fmt.Fprintf(&b, "  from then on, within both bounds in %d of %d periods, outside in the last\n", within, n)
+			default:
+				fmt.Fprintf(&b, "  from then on, within both bounds in %d of %d periods, in every period from %v after the change\n",
+					within, n, (r.Timeline[last+1].T - at).Round(100*time.Millisecond))
+			}
 		}
 	}
 	return b.String()

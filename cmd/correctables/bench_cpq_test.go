@@ -65,8 +65,15 @@ func TestControllerSummaryReconvergence(t *testing.T) {
 		r.Timeline = append(r.Timeline, pt)
 	}
 	got := controllerSummary("latest", sla, 10*time.Second, true, r)
-	if !strings.Contains(got, "outside the SLA from 3s later; within both bounds again from 6s and met (three judged periods in a row) 8s after the change; p 0.40 at the change, 0.70 when met again") {
+	if !strings.Contains(got, "outside the SLA from 3s later; within both bounds again from 6s and met (three judged periods in a row) 8s after the change; p 0.40 at the change, 0.70 when met again") ||
+		!strings.Contains(got, "from then on, within both bounds in every period (7 of 7)") {
 		t.Fatalf("summary:\n%s", got)
+	}
+	// Outside again at 21 s: within from 12 s after the change on.
+	r.Timeline[21].Stale = 0.05
+	got = controllerSummary("latest", sla, 10*time.Second, true, r)
+	if !strings.Contains(got, "from then on, within both bounds in 6 of 7 periods, in every period from 12s after the change") {
+		t.Fatalf("summary with a violation after met:\n%s", got)
 	}
 }
 

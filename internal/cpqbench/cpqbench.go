@@ -319,16 +319,12 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	if row.Controller != nil {
 		ccfg := *row.Controller
 		if ccfg.Hold == 0 {
-			// The values a period scores were written Settle earlier:
-			// after p rises, that many periods measure the old p.
-			settle := cfg.Settle
-			if settle == 0 {
-				settle = time.Second // gamma.Online's default
-			}
-			ccfg.Hold = int((settle + cfg.Period - 1) / cfg.Period)
-			if ccfg.Hold == 0 {
-				ccfg.Hold = -1
-			}
+			// No hold after a rise: gamma.Online counts a stale value
+			// when the read that makes it stale arrives, so the period
+			// after a rise counts the stale reads of the new p (the
+			// values that settle fresh in it, written Settle earlier,
+			// count towards the total only).
+			ccfg.Hold = -1
 		}
 		var err error
 		if ctl, err = cpqctl.New(ccfg); err != nil {
