@@ -227,7 +227,7 @@ last distribution (check it with 'correctables check gamma').`,
 	fl.Float64Var(&f.ctlMaxStep, "ctl-max-step", 0.5, "the largest rise of p in one period (the stale step's ceiling; a latency step is at most 0.1)")
 	fl.Float64Var(&f.ctlZ, "ctl-z", 1, "standard deviations of the stale count over the bound before the stale step aims at the model's p (0: any excess)")
 	fl.Float64Var(&f.ctlStrongerStale, "ctl-stronger-stale", -1, "how often the stronger level's reads are stale, as a share of the weaker level's, in the controller's model (-1: the ratio of the levels' rows when the command measured them, else 0)")
-	fl.DurationVar(&f.settle, "settle", time.Second, "the running Γ estimate scores a value this long after its write")
+	fl.DurationVar(&f.settle, "settle", time.Second, "the running Γ estimate counts a value that no read has made stale this long after its write")
 	fl.DurationVar(&f.threshold, "threshold", 0, "Γ scores at or under this do not count (clock error; one clock here)")
 	fl.IntVar(&f.valueSize, "value-size", 128, "value size in bytes")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload and the policies")

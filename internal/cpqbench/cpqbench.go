@@ -167,8 +167,9 @@ type Config struct {
 	MaxOutstanding int
 	// Threshold is the Γ noise threshold.
 	Threshold time.Duration
-	// Settle is how long after its write the running Γ estimate scores a
-	// value (default 1s; see gamma.OnlineConfig).
+	// Settle is how long after its write the running Γ estimate counts a
+	// value that no read has made stale (default 1s; see
+	// gamma.OnlineConfig).
 	Settle    time.Duration
 	Seed      uint64
 	OpTimeout time.Duration

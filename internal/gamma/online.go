@@ -73,8 +73,8 @@ func (c OnlineCounts) Proportion() float64 {
 type OnlineConfig struct {
 	// Threshold as in Options (default 0).
 	Threshold time.Duration
-	// Settle is how long after its write starts a value is scored
-	// (default 1s).
+	// Settle is how long after its write starts a value that is not
+	// stale is counted (default 1s); a stale one is counted at once.
 	Settle time.Duration
 	// Horizon is how long a scored value stays to match later reads
 	// (default 10s).
