@@ -34,7 +34,8 @@ func (g *gammaWindow) begin() { g.from = time.Now().UnixNano() }
 func (g *gammaWindow) end()   { g.to = time.Now().UnixNano() }
 
 // progress feeds what was recorded since the last call and returns the
-// estimate over the values that settled in the last second.
+// estimate over the values counted since it (those a read made stale, and
+// those that settled fresh).
 func (g *gammaWindow) progress() string {
 	recs := g.trace.Records(g.fed)
 	g.fed += len(recs)
