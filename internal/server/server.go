@@ -310,9 +310,9 @@ func (s *Server) Start() error {
 	}
 	// The shared listener also carries peer messages (up to
 	// maxPeerMessage); client requests are bounded by state.Limits.
-	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler()),
-		grpc.NumStreamWorkers(streamWorkers)},
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.NumStreamWorkers(streamWorkers)},
 		s.clusterServerOptions()...)
+	opts = append(opts, s.cfg.Metrics.serverOptions()...)
 	var creds []grpc.ServerOption
 	if s.cfg.TLS != nil {
 		creds = append(creds, grpc.Creds(s.cfg.TLS.serverCreds()))
