@@ -83,7 +83,7 @@ func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...L
 			_ = r.Fail(fmt.Errorf("correctable: invoke: %w", err)) // ErrClosed if already closed: fine
 			return
 		}
-		_ = r.Fail(ErrIncomplete) // ErrClosed in the normal case, where the final view closed c
+		r.fail(ErrIncomplete) // false in the normal case, where the final view closed c
 	})
 	return c
 }

@@ -102,17 +102,27 @@ func (r *Resolver[T]) Fail(err error) error {
 	if err == nil {
 		return ErrNilError
 	}
+	if !r.fail(err) {
+		return fmt.Errorf("fail after close: %w", ErrClosed)
+	}
+	return nil
+}
+
+// fail is Fail with a non-nil err, reporting whether the Correctable was
+// still open: without building an error for the usual case of a producer
+// that fails what its final view already closed.
+func (r *Resolver[T]) fail(err error) bool {
 	c := r.c
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("fail after close: %w", ErrClosed)
+		return false
 	}
 	c.err = err
 	hooks := c.closeLocked()
 	c.mu.Unlock()
 	runHooks(hooks)
-	return nil
+	return true
 }
 
 // add appends a view, closing the Correctable if the view is final.
