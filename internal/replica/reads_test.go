@@ -45,6 +45,7 @@ func TestStrongReadsShareTheReadIndexInFlight(t *testing.T) {
 	}
 	get := state.Op{Kind: state.OpGet, Key: "k"}
 	tr.q = nil
+	reads := tr.r[f].Stats().Reads
 	// Three reads in three Readies, nothing delivered in between: one
 	// request goes out, the other two wait for its answer.
 	for seq := uint64(2); seq <= 4; seq++ {
@@ -63,5 +64,10 @@ func TestStrongReadsShareTheReadIndexInFlight(t *testing.T) {
 		}
 		tr.deliver()
 		tr.tick()
+	}
+	// A read that asks for the final view only executes once, on the
+	// committed state: the tentative state's result would serve nothing.
+	if n := tr.r[f].Stats().Reads - reads; n != 3 {
+		t.Errorf("%d executions for three strong reads of the final view; want 3", n)
 	}
 }

@@ -60,9 +60,14 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 	if cr.Strong && len(r.reads) >= r.cfg.MaxPending {
 		return ErrBusy
 	}
-	res := r.execRead(cr.Op)
+	// A strong read that asks for the final view only has no use for the
+	// tentative state's result (it is kept only to mark the final view a
+	// confirmation of a preliminary one): one execution, on the committed
+	// state, serves it.
+	var res state.Result
 	sent := false
 	if cr.Want&WantTentative != 0 || !cr.Strong {
+		res = r.execRead(cr.Op)
 		r.emit(View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: !cr.Strong || cr.Want&WantStable == 0})
 		sent = true
 	}
