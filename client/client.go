@@ -54,6 +54,7 @@ type endpoint struct {
 	mu      sync.Mutex
 	samples []time.Duration // the last round-trip times, a ring of cfg.probeWindow
 	next    int             // ring position of the next sample
+	rtt     time.Duration   // the median of samples, kept with them: route reads it per operation
 	healthy bool
 	replica uint64 // replica id from the last Status
 	lastErr error
@@ -201,13 +202,20 @@ func (e *endpoint) info() EndpointInfo {
 }
 
 // rttLocked is the median of the samples; 0 without samples.
-func (e *endpoint) rttLocked() time.Duration {
-	if len(e.samples) == 0 {
-		return 0
+func (e *endpoint) rttLocked() time.Duration { return e.rtt }
+
+// addSampleLocked records a round-trip time, dropping the oldest of a full
+// window, and updates the median.
+func (e *endpoint) addSampleLocked(rtt time.Duration, window int) {
+	if len(e.samples) < window {
+		e.samples = append(e.samples, rtt)
+	} else {
+		e.samples[e.next] = rtt
 	}
+	e.next = (e.next + 1) % window
 	s := slices.Clone(e.samples)
 	slices.Sort(s)
-	return s[len(s)/2]
+	e.rtt = s[len(s)/2]
 }
 
 // route returns the endpoints in the order to try them: healthy before
@@ -307,12 +315,7 @@ func (c *Client) probe(ctx context.Context, e *endpoint) bool {
 	if err != nil {
 		e.healthy, e.lastErr = false, errorFromStatus(pctx, err)
 	} else {
-		if len(e.samples) < c.cfg.probeWindow {
-			e.samples = append(e.samples, rtt)
-		} else {
-			e.samples[e.next] = rtt
-		}
-		e.next = (e.next + 1) % c.cfg.probeWindow
+		e.addSampleLocked(rtt, c.cfg.probeWindow)
 		e.healthy, e.lastErr, e.replica = true, nil, rep.GetId()
 	}
 	now, lastErr := e.healthy, e.lastErr

@@ -64,24 +64,26 @@ func (c *Client) ClusterID() uint64 { return c.pin.id.Load() }
 // clusterPin is the cluster id a Client is pinned to (0: none yet).
 type clusterPin struct {
 	id atomic.Uint64
-	// text is the pinned id as sent in metadata, formatted once.
-	text atomic.Pointer[pinnedText]
+	// texts is the pinned id as sent in metadata, formatted once.
+	texts atomic.Pointer[pinnedText]
 }
 
 type pinnedText struct {
 	id uint64
 	s  string
+	md metadata.MD // the request metadata that carries s; never modified
 }
 
-// format returns id as api.FormatClusterID does, from a cache of the
-// last one formatted.
-func (p *clusterPin) format(id uint64) string {
-	if t := p.text.Load(); t != nil && t.id == id {
-		return t.s
+// text returns id as api.FormatClusterID does, and the request metadata
+// carrying it, from a cache of the last one formatted.
+func (p *clusterPin) text(id uint64) *pinnedText {
+	if t := p.texts.Load(); t != nil && t.id == id {
+		return t
 	}
-	t := &pinnedText{id: id, s: api.FormatClusterID(id)}
-	p.text.Store(t)
-	return t.s
+	s := api.FormatClusterID(id)
+	t := &pinnedText{id: id, s: s, md: metadata.Pairs(api.ClusterIDMetadata, s)}
+	p.texts.Store(t)
+	return t
 }
 
 // dialOptions are the interceptors of the connection to endpoint addr: they
@@ -130,7 +132,13 @@ func (p *clusterPin) outgoing(ctx context.Context) (context.Context, uint64) {
 	if id == 0 {
 		return ctx, 0
 	}
-	return metadata.AppendToOutgoingContext(ctx, api.ClusterIDMetadata, p.format(id)), id
+	t := p.text(id)
+	if _, ok := metadata.FromOutgoingContext(ctx); ok {
+		return metadata.AppendToOutgoingContext(ctx, api.ClusterIDMetadata, t.s), id
+	}
+	// The usual case, a context without metadata: the shared metadata
+	// (gRPC only reads it), without building a copy per request.
+	return metadata.NewOutgoingContext(ctx, t.md), id
 }
 
 // check pins the cluster id of a reply's header, or fails if it differs

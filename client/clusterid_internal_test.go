@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -41,5 +42,33 @@ func TestClusterPin(t *testing.T) {
 	}
 	if p.id.Load() != 7 {
 		t.Fatalf("pin changed to %x", p.id.Load())
+	}
+}
+
+// A request carries the pinned id in its metadata, beside any metadata of
+// the caller's context.
+func TestClusterPinOutgoing(t *testing.T) {
+	var p clusterPin
+	if ctx, sent := p.outgoing(context.Background()); sent != 0 || ctx != context.Background() {
+		t.Fatalf("nothing pinned: sent %x", sent)
+	}
+	p.id.Store(7)
+	want := api.FormatClusterID(7)
+	for name, ctx := range map[string]context.Context{
+		"no metadata":  context.Background(),
+		"appended":     metadata.AppendToOutgoingContext(context.Background(), "x-user", "u"),
+		"new metadata": metadata.NewOutgoingContext(context.Background(), metadata.Pairs("x-user", "u")),
+	} {
+		for range 2 { // the second from the cached metadata
+			out, sent := p.outgoing(ctx)
+			md, _ := metadata.FromOutgoingContext(out)
+			if got := md.Get(api.ClusterIDMetadata); sent != 7 || len(got) != 1 || got[0] != want {
+				t.Fatalf("%s: sent %x, metadata %v; want the pinned id %s once", name, sent, md, want)
+			}
+			if _, caller := metadata.FromOutgoingContext(ctx); caller && len(md.Get("x-user")) != 1 {
+				t.Fatalf("%s: the caller's metadata is lost: %v", name, md)
+			}
+			md.Set(api.ClusterIDMetadata, "changed") // a copy: the next request still carries the id
+		}
 	}
 }

@@ -83,7 +83,7 @@ func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...L
 			_ = r.Fail(fmt.Errorf("correctable: invoke: %w", err)) // ErrClosed if already closed: fine
 			return
 		}
-		_ = r.Fail(ErrIncomplete) // ErrClosed in the normal case, where the final view closed c
+		r.fail(ErrIncomplete) // false in the normal case, where the final view closed c
 	})
 	return c
 }
@@ -100,8 +100,9 @@ var idleSubmitters = make(chan func())
 // and is waiting for the next, or a new one. A network binding's Submit
 // runs deep (an RPC client's call path), and a new goroutine starts with a
 // small stack that each invocation would grow again by copying; a reused
-// goroutine keeps the stack it grew. Goroutines end after submitIdle
-// without work, so none outlive a burst of invocations by long.
+// goroutine keeps the stack it grew. Goroutines end after one to two
+// submitIdle periods without work, so none outlive a burst of invocations
+// by long.
 func goSubmit(f func()) {
 	select {
 	case idleSubmitters <- f:
@@ -110,16 +111,27 @@ func goSubmit(f func()) {
 	}
 }
 
+// submitter runs f, then the Submits handed to it while it waits. Its idle
+// timer is not reset after every Submit (a timer-heap update per
+// invocation): when it fires, a goroutine that ran a Submit since the last
+// firing waits one more period, so an idle one ends after between one and
+// two periods.
 func submitter(f func()) {
 	idle := time.NewTimer(submitIdle)
 	for {
 		f()
 		f = nil // let the invocation's closure be collected while waiting
-		idle.Reset(submitIdle)
+		worked := true
+	wait:
 		select {
 		case f = <-idleSubmitters:
 		case <-idle.C:
-			return
+			if !worked {
+				return
+			}
+			worked = false
+			idle.Reset(submitIdle)
+			goto wait
 		}
 	}
 }

@@ -35,11 +35,15 @@ type Correctable[T any] struct {
 	start time.Time
 	done  chan struct{} // closed at close
 
-	mu      sync.Mutex
-	views   []View[T] // every view received, in order; the final one last
-	err     error     // the error the Correctable failed with
-	closed  bool
-	changed chan struct{} // closed and replaced at every new view or close
+	mu     sync.Mutex
+	views  []View[T] // every view received, in order; the final one last
+	err    error     // the error the Correctable failed with
+	closed bool
+	// changed is closed at the next new view or close, for iterators
+	// waiting for one; made by the first that waits (nil until then, and
+	// again after each view), so a Correctable nobody iterates over costs
+	// no channel for it.
+	changed chan struct{}
 	// subs are the attached callback sets that still have something to
 	// deliver; dispatching is true while the dispatcher goroutine runs.
 	subs        []*subscriber[T]
@@ -66,9 +70,8 @@ type Resolver[T any] struct {
 // Elapsed is measured from this call.
 func New[T any]() (*Correctable[T], *Resolver[T]) {
 	c := &Correctable[T]{
-		start:   time.Now(),
-		done:    make(chan struct{}),
-		changed: make(chan struct{}),
+		start: time.Now(),
+		done:  make(chan struct{}),
 	}
 	return c, &Resolver[T]{c: c}
 }
@@ -102,17 +105,27 @@ func (r *Resolver[T]) Fail(err error) error {
 	if err == nil {
 		return ErrNilError
 	}
+	if !r.fail(err) {
+		return fmt.Errorf("fail after close: %w", ErrClosed)
+	}
+	return nil
+}
+
+// fail is Fail with a non-nil err, reporting whether the Correctable was
+// still open: without building an error for the usual case of a producer
+// that fails what its final view already closed.
+func (r *Resolver[T]) fail(err error) bool {
 	c := r.c
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("fail after close: %w", ErrClosed)
+		return false
 	}
 	c.err = err
 	hooks := c.closeLocked()
 	c.mu.Unlock()
 	runHooks(hooks)
-	return nil
+	return true
 }
 
 // add appends a view, closing the Correctable if the view is final.
@@ -147,8 +160,10 @@ func (c *Correctable[T]) add(v View[T]) error {
 	if v.Final {
 		hooks = c.closeLocked()
 	} else {
-		close(c.changed)
-		c.changed = make(chan struct{})
+		if c.changed != nil {
+			close(c.changed)
+			c.changed = nil
+		}
 		c.kickLocked()
 	}
 	c.mu.Unlock()
@@ -162,7 +177,9 @@ func (c *Correctable[T]) add(v View[T]) error {
 func (c *Correctable[T]) closeLocked() []func() {
 	c.closed = true
 	close(c.done)
-	close(c.changed) // never replaced: waiters see closed and stop
+	if c.changed != nil {
+		close(c.changed) // never made again: waiters see closed and stop
+	}
 	c.kickLocked()
 	hooks := c.onClose
 	c.onClose = nil
@@ -332,11 +349,15 @@ func (c *Correctable[T]) iterate(fromLatest bool) iter.Seq[View[T]] {
 				}
 				continue
 			}
-			closed, changed := c.closed, c.changed
-			c.mu.Unlock()
-			if closed {
+			if c.closed {
+				c.mu.Unlock()
 				return
 			}
+			if c.changed == nil {
+				c.changed = make(chan struct{})
+			}
+			changed := c.changed
+			c.mu.Unlock()
 			<-changed
 		}
 	}

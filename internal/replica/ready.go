@@ -10,8 +10,11 @@ import (
 // HasReady reports whether Ready has anything.
 func (r *Replica) HasReady() bool {
 	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0 ||
-		len(r.unasked) > 0 || r.snapshotDue() || r.proposalsDue()
+		r.readsDue() || r.snapshotDue() || r.proposalsDue()
 }
+
+// readsDue reports whether askReads would ask for a read index.
+func (r *Replica) readsDue() bool { return len(r.unasked) > 0 && len(r.readBatches) == 0 }
 
 // Ready collects what the driver must persist, send and deliver. Committed
 // entries are applied here: raft hands out only entries already durable.

@@ -1,11 +1,13 @@
 package server
 
 import (
-	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 
 	"github.com/correctables/correctables/internal/driver"
 	"github.com/correctables/correctables/internal/replica"
@@ -21,6 +23,16 @@ type Metrics struct {
 	saves      prometheus.Counter
 	saveLat    prometheus.Histogram
 	batch      *prometheus.HistogramVec
+
+	// The labelled series every operation or message touches, looked up
+	// once here instead of by label values (a hash and a map lookup under
+	// a lock) each time.
+	opsWeak, opsStrong        prometheus.Counter
+	latPrelim, latFinal       prometheus.Observer
+	confirmed, diverged       prometheus.Counter
+	wireIn, wireOut           prometheus.Counter
+	batchEntries, batchOwnOps prometheus.Observer
+	batchMessages, batchViews prometheus.Observer
 }
 
 // NewMetrics registers the server's metrics with reg.
@@ -56,6 +68,12 @@ func NewMetrics(reg prometheus.Registerer, replicaID string) *Metrics {
 		ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 	}, []string{"what"})
 	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch)
+	m.opsWeak, m.opsStrong = m.ops.WithLabelValues("weak"), m.ops.WithLabelValues("strong")
+	m.latPrelim, m.latFinal = m.viewLat.WithLabelValues("preliminary"), m.viewLat.WithLabelValues("final")
+	m.confirmed, m.diverged = m.divergence.WithLabelValues("confirmed"), m.divergence.WithLabelValues("diverged")
+	m.wireIn, m.wireOut = m.wire.WithLabelValues("in"), m.wire.WithLabelValues("out")
+	m.batchEntries, m.batchOwnOps = m.batch.WithLabelValues("entries"), m.batch.WithLabelValues("own_ops")
+	m.batchMessages, m.batchViews = m.batch.WithLabelValues("messages"), m.batch.WithLabelValues("views")
 	return m
 }
 
@@ -64,20 +82,20 @@ func (m *Metrics) observeView(strong bool, v replica.View, prelim *replica.View,
 		return
 	}
 	if !v.Stable {
-		proto := "weak"
 		if strong {
-			proto = "strong"
+			m.opsStrong.Inc()
+		} else {
+			m.opsWeak.Inc()
 		}
-		m.ops.WithLabelValues(proto).Inc()
-		m.viewLat.WithLabelValues("preliminary").Observe(elapsed.Seconds())
+		m.latPrelim.Observe(elapsed.Seconds())
 		return
 	}
-	m.viewLat.WithLabelValues("final").Observe(elapsed.Seconds())
+	m.latFinal.Observe(elapsed.Seconds())
 	if prelim != nil {
 		if v.Confirmed {
-			m.divergence.WithLabelValues("confirmed").Inc()
+			m.confirmed.Inc()
 		} else {
-			m.divergence.WithLabelValues("diverged").Inc()
+			m.diverged.Inc()
 		}
 	}
 }
@@ -90,11 +108,11 @@ func (m *Metrics) observeRound(r driver.Round) {
 	if r.Saves > 0 {
 		m.saves.Add(float64(r.Saves))
 		m.saveLat.Observe(r.Save.Seconds() / float64(r.Saves))
-		m.batch.WithLabelValues("entries").Observe(float64(r.Entries))
-		m.batch.WithLabelValues("own_ops").Observe(float64(r.OwnOps))
+		m.batchEntries.Observe(float64(r.Entries))
+		m.batchOwnOps.Observe(float64(r.OwnOps))
 	}
-	m.batch.WithLabelValues("messages").Observe(float64(r.Messages))
-	m.batch.WithLabelValues("views").Observe(float64(r.Views))
+	m.batchMessages.Observe(float64(r.Messages))
+	m.batchViews.Observe(float64(r.Views))
 }
 
 func (m *Metrics) peerDropped() {
@@ -103,22 +121,44 @@ func (m *Metrics) peerDropped() {
 	}
 }
 
-// statsHandler counts wire bytes of the client service.
-func (m *Metrics) statsHandler() stats.Handler { return wireStats{m} }
-
-type wireStats struct{ m *Metrics }
-
-func (w wireStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
-func (w wireStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (w wireStats) HandleConn(context.Context, stats.ConnStats)                       {}
-func (w wireStats) HandleRPC(_ context.Context, s stats.RPCStats) {
-	if w.m == nil {
-		return
+// serverOptions are the gRPC options that feed the metrics: the proto
+// codec, counting the bytes of every message it encodes or decodes (nil
+// without metrics).
+//
+// A codec rather than a stats.Handler: with a stats handler gRPC copies
+// every call's incoming metadata and reports each of its events (begin,
+// headers, payloads, trailer, end) in a value of its own, for the two of
+// them that are counted here.
+func (m *Metrics) serverOptions() []grpc.ServerOption {
+	if m == nil {
+		return nil
 	}
-	switch p := s.(type) {
-	case *stats.InPayload:
-		w.m.wire.WithLabelValues("in").Add(float64(p.WireLength))
-	case *stats.OutPayload:
-		w.m.wire.WithLabelValues("out").Add(float64(p.WireLength))
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(wireCodec{
+		CodecV2: encoding.GetCodecV2(grpcproto.Name), in: m.wireIn, out: m.wireOut,
+	})}
+}
+
+// grpcMessageHeader is the bytes gRPC puts before each message on the
+// wire (compression flag and length): a message's wire length is its
+// encoding's plus these, uncompressed (gRPC's stats.InPayload.WireLength).
+const grpcMessageHeader = 5
+
+// wireCodec is gRPC's proto codec, counting the wire bytes of each message
+// in and out.
+type wireCodec struct {
+	encoding.CodecV2
+	in, out prometheus.Counter
+}
+
+func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	data, err := c.CodecV2.Marshal(v)
+	if err == nil {
+		c.out.Add(float64(data.Len() + grpcMessageHeader))
 	}
+	return data, err
+}
+
+func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	c.in.Add(float64(data.Len() + grpcMessageHeader))
+	return c.CodecV2.Unmarshal(data, v)
 }

@@ -176,12 +176,22 @@ func (c *Config) validate() error {
 
 // request is a client request on its way to the loop.
 type request struct {
-	ctx   context.Context
-	cr    replica.ClientRequest
-	views chan replica.View // buffered for every view the request can get
-	err   chan error        // Submit's answer
+	ctx context.Context
+	cr  replica.ClientRequest
+	// out carries what the loop has for the request: the replica's refusal
+	// of it, or its views, the last of which closes out. One channel (not
+	// one for the refusal and one for the views) so that the handler wakes
+	// once for a single-view request. Buffered for all it can get: one
+	// refusal, or two views.
+	out chan outcome
 	// parked is when the replica first refused it as busy (see BusyWait).
 	parked time.Time
+}
+
+// outcome is a refusal (err) or a view.
+type outcome struct {
+	v   replica.View
+	err error
 }
 
 // Server runs one replica: the event loop that owns it, gRPC services for
@@ -310,9 +320,9 @@ func (s *Server) Start() error {
 	}
 	// The shared listener also carries peer messages (up to
 	// maxPeerMessage); client requests are bounded by state.Limits.
-	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.StatsHandler(s.cfg.Metrics.statsHandler()),
-		grpc.NumStreamWorkers(streamWorkers)},
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.NumStreamWorkers(streamWorkers)},
 		s.clusterServerOptions()...)
+	opts = append(opts, s.cfg.Metrics.serverOptions()...)
 	var creds []grpc.ServerOption
 	if s.cfg.TLS != nil {
 		creds = append(creds, grpc.Creds(s.cfg.TLS.serverCreds()))
@@ -527,11 +537,14 @@ func (s *Server) trySubmit(req *request) bool {
 	return true
 }
 
+// answer tells req the replica's answer to its submission: a refusal now,
+// or its views as they come (deliver).
 func (s *Server) answer(req *request, err error) {
-	if err == nil && req.cr.Want != 0 {
-		s.waiting[req.cr.Seq] = req
+	if err != nil {
+		req.out <- outcome{err: err}
+		return
 	}
-	req.err <- err
+	s.waiting[req.cr.Seq] = req // invoke refuses requests that want no view
 }
 
 // unpark submits the requests waiting for room, oldest first, after a
@@ -549,7 +562,7 @@ func (s *Server) unpark() {
 		k := busyKind(req)
 		switch {
 		case req.ctx.Err() != nil:
-			req.err <- req.ctx.Err() // its invoke has returned; the channel has room
+			req.out <- outcome{err: req.ctx.Err()} // its invoke has returned; the channel has room
 		case time.Since(req.parked) >= s.cfg.BusyWait:
 			s.answer(req, replica.ErrBusy)
 		case blocked[k] || !s.trySubmit(req):
@@ -583,13 +596,13 @@ func (s *Server) deliver(v replica.View) error {
 		return nil // its client went away and the request ended
 	}
 	select {
-	case req.views <- v:
+	case req.out <- outcome{v: v}:
 	default:
-		return fmt.Errorf("server: invariant: request %d got a view past its channel's room (%d)", v.Seq, cap(req.views))
+		return fmt.Errorf("server: invariant: request %d got a view past its channel's room (%d)", v.Seq, cap(req.out))
 	}
 	if v.Last {
 		delete(s.waiting, v.Seq)
-		close(req.views)
+		close(req.out)
 	}
 	return nil
 }
@@ -597,7 +610,7 @@ func (s *Server) deliver(v replica.View) error {
 // failWaiting ends every waiting request's stream.
 func (s *Server) failWaiting() {
 	for seq, req := range s.waiting {
-		close(req.views)
+		close(req.out)
 		delete(s.waiting, seq)
 	}
 }
@@ -670,10 +683,9 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 		return ErrOverloaded
 	}
 	req := &request{
-		ctx:   ctx,
-		cr:    replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
-		views: make(chan replica.View, 2),
-		err:   make(chan error, 1),
+		ctx: ctx,
+		cr:  replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
+		out: make(chan outcome, 2),
 	}
 	start := time.Now()
 	select {
@@ -685,34 +697,33 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	select {
-	case err := <-req.err:
-		if err != nil {
-			return err
-		}
-	case <-s.done:
-		return ErrStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	var prelim *replica.View
+	var prelim replica.View // the preliminary view, once sent
+	sentPrelim := false
 	for {
 		select {
-		case v, ok := <-req.views:
+		case o, ok := <-req.out:
 			if !ok {
 				return ErrStopped
 			}
+			if o.err != nil {
+				return o.err
+			}
+			v := o.v
 			if v.Lost {
 				return ErrResultLost
 			}
-			s.cfg.Metrics.observeView(in.GetStrong(), v, prelim, time.Since(start))
+			var p *replica.View
+			if sentPrelim {
+				p = &prelim
+			}
+			s.cfg.Metrics.observeView(in.GetStrong(), v, p, time.Since(start))
 			if err := send(viewToAPI(v, in.GetNoConfirmation())); err != nil {
 				return err
 			}
 			if v.Stable || want&replica.WantStable == 0 {
 				return nil
 			}
-			prelim = &v
+			prelim, sentPrelim = v, true
 		case <-ctx.Done():
 			// The client went away; the loop drops the request when its
 			// final view comes (the channel is buffered for it).
