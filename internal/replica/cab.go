@@ -168,16 +168,15 @@ func (r *Replica) proposeOwn() {
 }
 
 // proposable returns the highest own sequence number this replica may put
-// in an entry now. A follower may propose everything it holds: its
-// proposal leaves as a message of a Ready, which the driver sends only after
-// it has written the operations that Ready persists. A leader proposes only
-// what is durable (durableOwn), because it sends its appends before its own
-// write (Ready.Early): otherwise a leader killed mid-write could leave a
-// follower holding an operation its origin lost, and reuse the id.
+// in an entry now: everything it holds, in the Ready that persists it. A
+// follower's proposal leaves as a message of that Ready, which the driver
+// sends only after the write. A leader's appends leave before its write
+// (Ready.Early), so that its own copy and its followers' are written in
+// parallel, one sync on the path of an operation submitted at the leader,
+// as for a proposal in etcd; a leader killed mid-write may leave a follower
+// holding an operation its origin lost, and the restart fence (fence.go)
+// keeps it from issuing that id again.
 func (r *Replica) proposable() uint64 {
-	if r.node.IsLeader() {
-		return r.durableOwn
-	}
 	return r.seq
 }
 
@@ -242,11 +241,6 @@ func (r *Replica) recentlyProposed(id OpID) bool {
 }
 
 func (r *Replica) proposeEntry(e entry) {
-	if up := r.proposable(); slices.ContainsFunc(e.Ops, func(q *Req) bool { return q.ID.Origin == r.cfg.ID && q.ID.Seq > up }) {
-		// Unreachable by construction (every caller checks proposable); a
-		// leader must not send an own operation that is not durable yet.
-		return
-	}
 	for _, q := range e.Ops {
 		r.proposedAt[q.ID] = r.ticks
 		if q.ID.Origin == r.cfg.ID && q.ID.Seq > r.ownProposed {

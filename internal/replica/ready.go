@@ -100,9 +100,6 @@ func (r *Replica) Advance(rd Ready) {
 	if rd.raft != nil {
 		r.node.Advance(*rd.raft)
 	}
-	for _, q := range rd.Persist {
-		r.durableOwn = max(r.durableOwn, q.ID.Seq)
-	}
 	// A snapshot handed to the driver counts as sent: raft leaves the
 	// follower's snapshot state, and if the snapshot was lost the follower's
 	// next rejection makes the leader send another.

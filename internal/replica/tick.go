@@ -57,11 +57,13 @@ func (r *Replica) staleForeign() bool {
 // again now rather than after RetryTicks. Duplicates are skipped at
 // delivery.
 func (r *Replica) checkLeader() {
-	lead := r.node.Status().Lead
+	st := r.node.Status()
+	lead := st.Lead
 	if lead == r.lastLead {
 		return
 	}
 	r.lastLead = lead
+	r.otherLeads(st.GetTerm(), lead)
 	// Entries on their way through the old leader may be lost.
 	clear(r.proposedAt)
 	r.ownProposed = 0
