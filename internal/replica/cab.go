@@ -9,24 +9,21 @@ import (
 // operations proposed with their causal context, the periodic no-op that
 // commits weak operations (Creek §4.4), and bounded entries.
 
-// propose puts a strong operation into the log together with every
-// operation of its causal context that this replica does not know to be
-// committed. The entry is then self-contained: CAB's delivery condition
-// (Creek's checkDep) holds at every replica that reads it, so no replica
-// waits for an origin that crashed after proposing. If this replica does not
-// hold the whole context (after a restart, some of it may be missing until
-// gossip or the log brings it back) it waits and the retry proposes later.
-func (r *Replica) propose(req *Req) {
-	one := [1]*Req{req}
-	r.proposeStrong(one[:])
-}
-
-// proposeStrong is propose for several strong operations of this replica
-// at once (those submitted since the last Ready): their operations and
-// contexts go in one run of entries instead of a run each. What goes in is
-// what proposing them one after the other would put in the log (each
-// context operation once: the later ones find it recently proposed); only
-// the entries are fewer, each commits more.
+// proposeStrong puts strong operations of this replica into the log, each
+// together with every operation of its causal context that this replica
+// does not know to be committed. The entries are then self-contained:
+// CAB's delivery condition (Creek's checkDep) holds at every replica that
+// reads them, so no replica waits for an origin that crashed after
+// proposing. An operation whose whole context this replica does not hold
+// (after a restart, some of it may be missing until gossip or the log
+// brings it back) waits, and the retry proposes it later.
+//
+// The operations proposed together (those submitted since the last Ready,
+// or those a retry or a new leader proposes again) and their contexts go
+// in one run of entries instead of a run each. What goes in is what
+// proposing them one after the other would put in the log (each context
+// operation once: the later ones find it recently proposed); only the
+// entries are fewer, each commits more.
 func (r *Replica) proposeStrong(reqs []*Req) {
 	var ready []*Req
 	ctx := VV(nil) // the union of the contexts of ready
@@ -219,7 +216,7 @@ func (r *Replica) proposalsDue() bool {
 // least NoopBatch own operations up to upTo wait for an entry, and the
 // first of them is weak. proposeOwn stops at the first own strong
 // operation (it goes in its own entries, with its context, through
-// propose), so when that one leads, nothing is due here: it is proposed
+// proposeStrong), so when that one leads, nothing is due here: it is proposed
 // again by the retry of pending strong operations (Tick) or at the next
 // leader (checkLeader), and the weak ones behind it follow. That is the
 // case of a follower that loses its leader (checkLeader forgets what it

@@ -204,3 +204,42 @@ func TestRestartedLeaderNeverReusesAnIDItSentEarly(t *testing.T) {
 		}
 	}
 }
+
+// The retry of pending strong operations proposes them again in one run
+// of entries, as their first proposal did, not an entry each (so does a
+// new leader, checkLeader, through the same proposeStrong).
+func TestRetryProposesPendingStrongOperationsTogether(t *testing.T) {
+	tr := newTrio(t, func(c *Config) { c.RetryTicks, c.ElectionTicks, c.NoopTicks = 3, 100, 10_000 })
+	lead := electTrio(t, tr)
+	f := lead%3 + 1
+	const n = 5
+	for i := range n {
+		if err := tr.r[f].Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Strong: true, Want: WantStable,
+			Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", i), Value: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.mustDrive(f)
+	tr.q = nil // the proposal is lost
+	var props []*raftpb.Entry
+	for range tr.r[f].cfg.RetryTicks {
+		tr.r[f].Tick()
+		tr.mustDrive(f)
+		for _, m := range tr.q {
+			if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgProp {
+				props = append(props, m.Raft.GetEntries()...)
+			}
+		}
+		tr.q = nil
+	}
+	if len(props) != 1 {
+		t.Fatalf("the retry proposed %d entries for %d pending strong operations; want 1", len(props), n)
+	}
+	e, err := decodeEntry(props[0].GetData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Ops) != n {
+		t.Fatalf("the retried entry holds %d operations; want %d", len(e.Ops), n)
+	}
+}

@@ -24,14 +24,16 @@ func (r *Replica) Tick() {
 		r.proposeNoop()
 	}
 	r.drainTick()
+	var due []*Req
 	for _, id := range sortedIDs(r.pendingStrong) {
 		if r.ticks-r.pendingStrong[id] >= r.cfg.RetryTicks {
 			r.pendingStrong[id] = r.ticks
 			if q, ok := r.Op(id); ok {
-				r.propose(q)
+				due = append(due, q)
 			}
 		}
 	}
+	r.proposeStrong(due) // one run of entries for all of them
 	for _, id := range sortedKeys(r.readBatches) {
 		if b := r.readBatches[id]; r.ticks-b.askedAt >= r.cfg.RetryTicks {
 			b.askedAt = r.ticks
@@ -70,12 +72,14 @@ func (r *Replica) checkLeader() {
 	if lead == 0 {
 		return
 	}
+	var due []*Req
 	for _, id := range sortedIDs(r.pendingStrong) {
 		r.pendingStrong[id] = r.ticks
 		if q, ok := r.Op(id); ok {
-			r.propose(q)
+			due = append(due, q)
 		}
 	}
+	r.proposeStrong(due) // one run of entries for all of them
 	for _, id := range sortedKeys(r.readBatches) {
 		r.readBatches[id].askedAt = r.ticks
 		r.node.ReadIndex(readCtx(r.incarnation, id))
