@@ -177,10 +177,10 @@ func (r *Replica) proposable() uint64 {
 	return r.seq
 }
 
-// proposeDurable proposes the own strong operations submitted and the own
-// weak operations once NoopBatch of them wait for an entry, as far as
-// proposable allows.
-func (r *Replica) proposeDurable() {
+// proposeNew proposes, in the Ready that persists them, the own strong
+// operations submitted since the last Ready, and the own weak operations
+// once NoopBatch of them wait for an entry (see proposable).
+func (r *Replica) proposeNew() {
 	upTo := r.proposable()
 	n := 0
 	var due []*Req
@@ -202,8 +202,8 @@ func (r *Replica) proposeDurable() {
 	}
 }
 
-// proposalsDue reports whether proposeDurable has something to propose.
-// HasReady relies on it: it must be false whenever proposeDurable would
+// proposalsDue reports whether proposeNew has something to propose.
+// HasReady relies on it: it must be false whenever proposeNew would
 // propose nothing, or the driver, which handles Readies while HasReady
 // holds, would spin on empty Readies and never return to its loop (no
 // ticks, no requests, no Stop).

@@ -18,7 +18,7 @@ func (r *Replica) HasReady() bool {
 func (r *Replica) Ready() (Ready, error) {
 	r.askReads()
 	r.gossipNew()
-	r.proposeDurable()
+	r.proposeNew()
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
 		defer r.checkLeader()

@@ -280,7 +280,7 @@ type Replica struct {
 	snapTick       int
 	// ownProposed is the highest own sequence number put in an entry since
 	// the last leader change; toPropose the own strong operations submitted
-	// since the last Ready (proposeDurable).
+	// since the last Ready (proposeNew).
 	ownProposed uint64
 	toPropose   []*Req
 	// fenceTerm, if not 0, keeps a restarted replica from issuing new

@@ -48,7 +48,7 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	r.newOwn = append(r.newOwn, req) // gossiped at the next Ready, batched
 	if cr.Strong {
 		r.pendingStrong[req.ID] = r.ticks
-		// Proposed at the next Ready, which persists it (proposeDurable,
+		// Proposed at the next Ready, which persists it (proposeNew,
 		// see proposable), with the other strong operations submitted since
 		// the last one: one run of entries for the batch.
 		r.toPropose = append(r.toPropose, req)
