@@ -109,7 +109,8 @@ func toLevelSet(ls []correctable.Level) (levelSet, error) {
 	return s, nil
 }
 
-// submit runs op at the nearest healthy endpoint, failing over to the next
+// submit runs op at the nearest healthy endpoint (an update for the final
+// view only at the leader, see leaderFirst), failing over to the next
 // one on Unavailable as long as that cannot run op twice: before any view
 // arrived, and, for an update, only if its request never left the client.
 func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result]) error {
@@ -153,8 +154,12 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 		return fmt.Errorf("client: %v: request of %d bytes over %d: %w", op, n, MaxRequestBytes, ErrInvalidArgument)
 	}
 	retryable := op.ReadOnly() || op.kind == KindNoop
+	route := c.route()
+	if ls.strong && !ls.eventual && !op.ReadOnly() {
+		route = c.leaderFirst(route)
+	}
 	var errs []error
-	for i, e := range c.route() {
+	for i, e := range route {
 		if i > 0 {
 			c.stats.failovers.Add(1)
 			c.cfg.logger.Debug("client: failing over", "op", op, "endpoint", e.addr, "err", errs[len(errs)-1])

@@ -3,8 +3,9 @@
 // (Correctables, OSDI 2016).
 //
 // Dial connects to the replicas, measures the round-trip time to each and
-// routes every operation to the nearest healthy one, failing over to the
-// next when a replica is unavailable. An operation is an Op built with a
+// routes every operation to the nearest healthy one (an update that asks
+// for its final view only, as InvokeStrong's, to the raft leader the
+// replicas report), failing over to the next when a replica is unavailable. An operation is an Op built with a
 // constructor (Get, Put, Delete, CAS, CASAbsent, Incr, Append, Scan,
 // Enqueue, Dequeue, Txn, Noop); invoking it returns a
 // *correctable.Correctable[Result] that receives its views:

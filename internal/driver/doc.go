@@ -12,10 +12,10 @@
 // (no view leaves, no message about an operation is sent) before it is
 // durable. The one exception is a leader's appends and heartbeats
 // (Ready.Early), sent before its write as etcd does: raft counts the
-// leader's own copy of an entry only once Advance says it is written, and a
-// leader puts none of its own operations in an entry before they are
-// durable, so a crash of the leader mid-write loses nothing a follower
-// holds that its origin could reuse.
+// leader's own copy of an entry only once Advance says it is written. Those
+// appends may carry the leader's own operations of the same Ready; a crash
+// mid-write may leave them with followers only, and the replica's restart
+// fence keeps it from issuing their ids again (internal/replica, fence.go).
 //
 // Group commit happens above the driver: the runtime feeds the replica
 // every input that is queued (client submissions, peer messages, ticks), up

@@ -133,8 +133,9 @@ func (d *Driver) HandleReady() error {
 		// A leader's appends and heartbeats go out while it writes (raft
 		// thesis §10.2.1, as etcd does): its followers persist in parallel
 		// with it. Raft counts the leader's own copy of an entry only after
-		// Advance, and the leader puts none of its own operations in an
-		// entry before they are durable (see replica.Ready.Early).
+		// Advance; the replica's own operations they carry are persisted
+		// below, and a restart fence covers a crash in between (see
+		// replica.Ready.Early).
 		for _, m := range rd.Early {
 			d.cfg.Send(m)
 		}

@@ -9,24 +9,21 @@ import (
 // operations proposed with their causal context, the periodic no-op that
 // commits weak operations (Creek §4.4), and bounded entries.
 
-// propose puts a strong operation into the log together with every
-// operation of its causal context that this replica does not know to be
-// committed. The entry is then self-contained: CAB's delivery condition
-// (Creek's checkDep) holds at every replica that reads it, so no replica
-// waits for an origin that crashed after proposing. If this replica does not
-// hold the whole context (after a restart, some of it may be missing until
-// gossip or the log brings it back) it waits and the retry proposes later.
-func (r *Replica) propose(req *Req) {
-	one := [1]*Req{req}
-	r.proposeStrong(one[:])
-}
-
-// proposeStrong is propose for several strong operations of this replica
-// at once (those submitted since the last Ready): their operations and
-// contexts go in one run of entries instead of a run each. What goes in is
-// what proposing them one after the other would put in the log (each
-// context operation once: the later ones find it recently proposed); only
-// the entries are fewer, each commits more.
+// proposeStrong puts strong operations of this replica into the log, each
+// together with every operation of its causal context that this replica
+// does not know to be committed. The entries are then self-contained:
+// CAB's delivery condition (Creek's checkDep) holds at every replica that
+// reads them, so no replica waits for an origin that crashed after
+// proposing. An operation whose whole context this replica does not hold
+// (after a restart, some of it may be missing until gossip or the log
+// brings it back) waits, and the retry proposes it later.
+//
+// The operations proposed together (those submitted since the last Ready,
+// or those a retry or a new leader proposes again) and their contexts go
+// in one run of entries instead of a run each. What goes in is what
+// proposing them one after the other would put in the log (each context
+// operation once: the later ones find it recently proposed); only the
+// entries are fewer, each commits more.
 func (r *Replica) proposeStrong(reqs []*Req) {
 	var ready []*Req
 	ctx := VV(nil) // the union of the contexts of ready
@@ -168,23 +165,22 @@ func (r *Replica) proposeOwn() {
 }
 
 // proposable returns the highest own sequence number this replica may put
-// in an entry now. A follower may propose everything it holds: its
-// proposal leaves as a message of a Ready, which the driver sends only after
-// it has written the operations that Ready persists. A leader proposes only
-// what is durable (durableOwn), because it sends its appends before its own
-// write (Ready.Early): otherwise a leader killed mid-write could leave a
-// follower holding an operation its origin lost, and reuse the id.
+// in an entry now: everything it holds, in the Ready that persists it. A
+// follower's proposal leaves as a message of that Ready, which the driver
+// sends only after the write. A leader's appends leave before its write
+// (Ready.Early), so that its own copy and its followers' are written in
+// parallel, one sync on the path of an operation submitted at the leader,
+// as for a proposal in etcd; a leader killed mid-write may leave a follower
+// holding an operation its origin lost, and the restart fence (fence.go)
+// keeps it from issuing that id again.
 func (r *Replica) proposable() uint64 {
-	if r.node.IsLeader() {
-		return r.durableOwn
-	}
 	return r.seq
 }
 
-// proposeDurable proposes the own strong operations submitted and the own
-// weak operations once NoopBatch of them wait for an entry, as far as
-// proposable allows.
-func (r *Replica) proposeDurable() {
+// proposeNew proposes, in the Ready that persists them, the own strong
+// operations submitted since the last Ready, and the own weak operations
+// once NoopBatch of them wait for an entry (see proposable).
+func (r *Replica) proposeNew() {
 	upTo := r.proposable()
 	n := 0
 	var due []*Req
@@ -206,8 +202,8 @@ func (r *Replica) proposeDurable() {
 	}
 }
 
-// proposalsDue reports whether proposeDurable has something to propose.
-// HasReady relies on it: it must be false whenever proposeDurable would
+// proposalsDue reports whether proposeNew has something to propose.
+// HasReady relies on it: it must be false whenever proposeNew would
 // propose nothing, or the driver, which handles Readies while HasReady
 // holds, would spin on empty Readies and never return to its loop (no
 // ticks, no requests, no Stop).
@@ -220,7 +216,7 @@ func (r *Replica) proposalsDue() bool {
 // least NoopBatch own operations up to upTo wait for an entry, and the
 // first of them is weak. proposeOwn stops at the first own strong
 // operation (it goes in its own entries, with its context, through
-// propose), so when that one leads, nothing is due here: it is proposed
+// proposeStrong), so when that one leads, nothing is due here: it is proposed
 // again by the retry of pending strong operations (Tick) or at the next
 // leader (checkLeader), and the weak ones behind it follow. That is the
 // case of a follower that loses its leader (checkLeader forgets what it
@@ -242,11 +238,6 @@ func (r *Replica) recentlyProposed(id OpID) bool {
 }
 
 func (r *Replica) proposeEntry(e entry) {
-	if up := r.proposable(); slices.ContainsFunc(e.Ops, func(q *Req) bool { return q.ID.Origin == r.cfg.ID && q.ID.Seq > up }) {
-		// Unreachable by construction (every caller checks proposable); a
-		// leader must not send an own operation that is not durable yet.
-		return
-	}
 	for _, q := range e.Ops {
 		r.proposedAt[q.ID] = r.ticks
 		if q.ID.Origin == r.cfg.ID && q.ID.Seq > r.ownProposed {

@@ -17,6 +17,7 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 		return nil // covered by a snapshot restored at start
 	}
 	r.applied = ent.GetIndex()
+	r.settle(ent.GetTerm())
 	r.bytesSinceSnap += len(ent.GetData())
 	switch ent.GetType() {
 	case raftpb.EntryConfChange:

@@ -35,7 +35,10 @@
 //
 // Durability: a replica's own operations appear in Ready.Persist and must be
 // durable before any view or message about them leaves, so an acknowledged
-// operation survives a crash. Recovery (New) costs time linear in what it
+// operation survives a crash; only a leader's early appends (Ready.Early)
+// carry them while they are being written, and the restart fence
+// (fence.go) keeps a replica that crashed then from issuing their ids
+// again. Recovery (New) costs time linear in what it
 // reads: the snapshot is restored, the log entries known committed (up to
 // the durable commit index) are applied while nothing is tentative, and
 // only then do the own operations that are still uncommitted come back as
@@ -53,6 +56,7 @@
 //	             the periodic no-op, bounded entries (Creek §3.3, §4.4)
 //	commit.go    the delivery half of CAB: what an entry commits, the new
 //	             order, the stable views (Algorithm 1, commit)
+//	fence.go     the restart fence: no operation id is issued twice
 //	tick.go      logical time: heartbeats, anti-entropy, no-ops, retries
 //	ready.go     Ready and Advance, the driver's side (internal/driver)
 //	snapshot.go  snapshots and their restore

@@ -1,7 +1,10 @@
 package replica
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -52,5 +55,191 @@ func TestStrongOperationsOfOneReadyShareAnEntry(t *testing.T) {
 		}
 		tr.deliver()
 		tr.tick()
+	}
+}
+
+// electTrio ticks until every replica of tr knows a leader, and returns it.
+func electTrio(t *testing.T, tr *trio) uint64 {
+	t.Helper()
+	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
+		if i > 1000 {
+			t.Fatal("no leader after 1000 ticks")
+		}
+		tr.tick()
+	}
+	return tr.r[1].Leader()
+}
+
+// entryOps returns the operations of the entries that msgs append.
+func entryOps(t *testing.T, msgs []Message) []OpID {
+	t.Helper()
+	var ids []OpID
+	for _, m := range msgs {
+		if m.Type != MsgRaft || m.Raft.GetType() != raftpb.MsgApp {
+			continue
+		}
+		for _, ent := range m.Raft.GetEntries() {
+			if ent.GetType() != raftpb.EntryNormal || len(ent.GetData()) == 0 {
+				continue
+			}
+			e, err := decodeEntry(ent.GetData())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range e.Ops {
+				ids = append(ids, q.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// A strong operation submitted at the leader goes into the log in the
+// Ready that persists it: the leader's appends leave before that one write
+// (Ready.Early), so the leader's sync and its followers' overlap, one sync
+// on the path as for a proposal in etcd. (Before, the leader held it back
+// until the Ready that persisted it was written, and proposed it in the
+// next: two syncs one after the other.)
+func TestLeaderProposesInTheReadyThatPersists(t *testing.T) {
+	tr := newTrio(t, nil)
+	lead := electTrio(t, tr)
+	const n = 3
+	for i := range n {
+		if err := tr.r[lead].Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Strong: true, Want: WantStable,
+			Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", i), Value: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd, err := tr.r[lead].Ready()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Persist) != n {
+		t.Fatalf("the first Ready persists %d own operations; want %d", len(rd.Persist), n)
+	}
+	sent := entryOps(t, rd.Early)
+	for _, q := range rd.Persist {
+		if !slices.Contains(sent, q.ID) {
+			t.Fatalf("the leader's first Ready after Submit persists %v but its early appends carry %v: the proposal waits for a second write", q.ID, sent)
+		}
+	}
+	tr.q = append(tr.q, rd.Early...)
+	tr.q = append(tr.q, rd.Messages...)
+	if err := tr.stor[lead].Append(rd.Entries); err != nil {
+		t.Fatal(err)
+	}
+	tr.r[lead].Advance(rd)
+	tr.mustDrive(lead)
+	tr.deliver()
+	if tr.stable[lead] != n {
+		t.Fatalf("%d of %d strong operations final after one round of messages", tr.stable[lead], n)
+	}
+}
+
+// A leader killed during the write of a Ready whose early appends carried
+// an operation of its own comes back without that operation, which its
+// followers hold and commit. It must not issue that id again: until the
+// next leader's first entry has settled the term it led, it refuses
+// updates, and then goes on after the operation it lost.
+func TestRestartedLeaderNeverReusesAnIDItSentEarly(t *testing.T) {
+	tr := newTrio(t, nil)
+	lead := electTrio(t, tr)
+	tr.q = nil
+	put := func(key string) error {
+		return tr.r[lead].Submit(ClientRequest{Client: 1, Seq: 1, Strong: true, Want: WantStable,
+			Op: state.Op{Kind: state.OpPut, Key: key, Value: []byte("v")}})
+	}
+	if err := put("lost"); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := tr.r[lead].Ready()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Persist) != 1 {
+		t.Fatalf("Ready persists %d own operations, want 1", len(rd.Persist))
+	}
+	lost := rd.Persist[0].ID
+	if !slices.Contains(entryOps(t, rd.Early), lost) {
+		t.Fatalf("the early appends do not carry %v", lost)
+	}
+	// Killed inside the write: the appends left, nothing was written.
+	tr.q = append([]Message(nil), rd.Early...)
+	r, err := New(Config{ID: lead, Peers: []uint64{1, 2, 3}, Storage: tr.stor[lead], Clock: func() int64 { return 1e12 },
+		Rand: rand.New(rand.NewPCG(lead, 99)), SnapshotEntries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.r[lead] = r
+	if err := put("again"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("the restarted leader took an update before its term was settled (err %v)", err)
+	}
+	tr.deliver()
+	for i := 0; r.Fenced(); i++ {
+		if i > 1000 {
+			t.Fatal("still fenced after 1000 ticks")
+		}
+		tr.tick()
+	}
+	if err := put("again"); err != nil {
+		t.Fatal(err)
+	}
+	tr.mustDrive(lead)
+	for i := 0; tr.stable[lead] == 0; i++ {
+		if i > 1000 {
+			t.Fatal("the new operation not final after 1000 ticks")
+		}
+		tr.tick()
+	}
+	for id := uint64(1); id <= 3; id++ {
+		keys := map[string]OpID{}
+		for _, c := range tr.r[id].Committed() {
+			if c.Origin == lead {
+				q, _ := tr.r[id].Op(c)
+				keys[q.Op.Key] = c
+			}
+		}
+		if keys["lost"] != lost || keys["again"] != (OpID{lead, lost.Seq + 1}) {
+			t.Fatalf("replica %d committed %v of replica %d; want lost as %v and again as %v", id, keys, lead, lost, OpID{lead, lost.Seq + 1})
+		}
+	}
+}
+
+// The retry of pending strong operations proposes them again in one run
+// of entries, as their first proposal did, not an entry each (so does a
+// new leader, checkLeader, through the same proposeStrong).
+func TestRetryProposesPendingStrongOperationsTogether(t *testing.T) {
+	tr := newTrio(t, func(c *Config) { c.RetryTicks, c.ElectionTicks, c.NoopTicks = 3, 100, 10_000 })
+	lead := electTrio(t, tr)
+	f := lead%3 + 1
+	const n = 5
+	for i := range n {
+		if err := tr.r[f].Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Strong: true, Want: WantStable,
+			Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", i), Value: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.mustDrive(f)
+	tr.q = nil // the proposal is lost
+	var props []*raftpb.Entry
+	for range tr.r[f].cfg.RetryTicks {
+		tr.r[f].Tick()
+		tr.mustDrive(f)
+		for _, m := range tr.q {
+			if m.Type == MsgRaft && m.Raft.GetType() == raftpb.MsgProp {
+				props = append(props, m.Raft.GetEntries()...)
+			}
+		}
+		tr.q = nil
+	}
+	if len(props) != 1 {
+		t.Fatalf("the retry proposed %d entries for %d pending strong operations; want 1", len(props), n)
+	}
+	e, err := decodeEntry(props[0].GetData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Ops) != n {
+		t.Fatalf("the retried entry holds %d operations; want %d", len(e.Ops), n)
 	}
 }

@@ -21,7 +21,7 @@ func (r *Replica) readsDue() bool { return len(r.unasked) > 0 && len(r.readBatch
 func (r *Replica) Ready() (Ready, error) {
 	r.askReads()
 	r.gossipNew()
-	r.proposeDurable()
+	r.proposeNew()
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
 		defer r.checkLeader()
@@ -102,9 +102,6 @@ func (r *Replica) Ready() (Ready, error) {
 func (r *Replica) Advance(rd Ready) {
 	if rd.raft != nil {
 		r.node.Advance(*rd.raft)
-	}
-	for _, q := range rd.Persist {
-		r.durableOwn = max(r.durableOwn, q.ID.Seq)
 	}
 	// A snapshot handed to the driver counts as sent: raft leaves the
 	// follower's snapshot state, and if the snapshot was lost the follower's

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -81,6 +82,25 @@ func (s *single) drive() {
 	}
 }
 
+// waitUnfenced checks that a restarted leader refuses updates, then ticks
+// until it leads again and takes them.
+func (s *single) waitUnfenced() {
+	s.t.Helper()
+	if !s.r.Fenced() {
+		s.t.Fatal("a restarted leader is not fenced")
+	}
+	if err := s.r.Submit(ClientRequest{Client: 9, Seq: 1, Want: WantStable, Op: state.Op{Kind: state.OpPut, Key: "k", Value: []byte("v")}}); !errors.Is(err, ErrBusy) {
+		s.t.Fatalf("a fenced replica's Submit returned %v, want ErrBusy", err)
+	}
+	for i := 0; s.r.Fenced(); i++ {
+		if i > 100 {
+			s.t.Fatal("restarted replica still fenced after 100 ticks")
+		}
+		s.r.Tick()
+		s.drive()
+	}
+}
+
 func (s *single) putWeak(n int) {
 	s.t.Helper()
 	for i := range n {
@@ -134,6 +154,9 @@ func TestRestartDoesNotMakeCommittedOwnOpsTentative(t *testing.T) {
 	if got := s.r.Stamp().VV[1]; got != n {
 		t.Fatalf("restarted VV[1] = %d, want %d", got, n)
 	}
+	// It led the term it crashed in: it takes no update until it has
+	// applied an entry of a later term (its own, once it leads again).
+	s.waitUnfenced()
 	// It goes on issuing fresh sequence numbers.
 	s.putWeak(1)
 	if got := s.r.Stamp().VV[1]; got != n+1 {

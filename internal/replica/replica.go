@@ -19,7 +19,9 @@ var (
 	// ErrInvalidOp wraps the state machine's validation error.
 	ErrInvalidOp = errors.New("replica: invalid operation")
 	// ErrBusy means the replica holds MaxTentative uncommitted operations or
-	// MaxPending strong requests; the client should back off and retry.
+	// MaxPending strong requests, or it has restarted and takes no update
+	// until it has caught up with its cluster (fence.go); the client should
+	// back off and retry.
 	ErrBusy = errors.New("replica: too many operations in flight")
 )
 
@@ -146,8 +148,11 @@ type Ready struct {
 	// compact the log (after persisting the rest of this Ready).
 	CreateSnapshot *SnapshotRequest
 	// Early are a leader's appends and heartbeats, which the driver sends
-	// before it persists: they carry no operation of this replica that is
-	// not durable yet.
+	// before it persists, so that its followers write in parallel with it.
+	// They may carry this replica's own operations of Persist: a crash
+	// before the write leaves those in followers' logs only, which is why
+	// a restarted replica issues no new operation until the terms it may
+	// have led are settled (fence.go), so no id is ever issued twice.
 	Early    []Message
 	Messages []Message
 	Views    []View
@@ -274,12 +279,17 @@ type Replica struct {
 	bytesSinceSnap int
 	snapTick       int
 	// ownProposed is the highest own sequence number put in an entry since
-	// the last leader change; durableOwn the highest the driver persisted
-	// (Advance); toPropose the own strong operations a leader holds back
-	// until they are durable (proposeDurable).
+	// the last leader change; toPropose the own strong operations submitted
+	// since the last Ready (proposeNew).
 	ownProposed uint64
-	durableOwn  uint64
 	toPropose   []*Req
+	// fenceTerm, if not 0, keeps a restarted replica from issuing new
+	// operations until the entries of the terms it may have led before
+	// are settled (see fence.go); fenceSelf: it may have led fenceTerm.
+	// appliedTerm is the highest term of an entry or snapshot applied.
+	fenceTerm   uint64
+	fenceSelf   bool
+	appliedTerm uint64
 	// hsTerm and hsVote are the term and vote of the last hard state handed
 	// to the driver (durable by the next Ready): a leader sends early only
 	// in a Ready that does not change them.
@@ -318,6 +328,11 @@ func New(cfg Config) (*Replica, error) {
 	r.keys.reset()
 	r.refreshMembers()
 	r.incarnation = cfg.Rand.Uint64()
+	hs, _, err := cfg.Storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("replica: reading hard state: %w", err)
+	}
+	r.fence(hs)
 	// Recovery: the snapshot in storage is the starting point; then the
 	// log entries known committed (up to the durable commit index) are
 	// applied here, before anything else is tentative, so that each costs
@@ -325,10 +340,6 @@ func New(cfg Config) (*Replica, error) {
 	// back as tentative. Raft goes on from the commit index.
 	if _, err := r.loadSnapshot(); err != nil {
 		return nil, err
-	}
-	hs, _, err := cfg.Storage.InitialState()
-	if err != nil {
-		return nil, fmt.Errorf("replica: reading hard state: %w", err)
 	}
 	commit := max(hs.GetCommit(), r.applied)
 	r.node, err = consensus.New(consensus.Config{
@@ -351,7 +362,6 @@ func New(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("%w: replica %d (its log says so); a removed id never rejoins: start a new replica under a new id", ErrRemoved, cfg.ID)
 	}
 	r.seq = r.vv[cfg.ID]
-	defer func() { r.durableOwn = r.seq }() // everything recovered is durable
 	st := r.node.Status()
 	r.hsTerm, r.hsVote = st.GetTerm(), st.GetVote()
 	for _, req := range cfg.OwnOps {

@@ -208,6 +208,7 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 		return nil // already past it
 	}
 	keep := r.installSnapshot(sc, snap.GetMetadata().GetConfState())
+	r.settle(snap.GetMetadata().GetTerm())
 	if err := r.answerFromSnapshot(); err != nil {
 		return err
 	}

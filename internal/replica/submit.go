@@ -21,10 +21,15 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	if cr.Op.ReadOnly() {
 		return r.submitRead(cr)
 	}
+	if r.fenceTerm != 0 {
+		return ErrBusy // restarted, and an id it issued before may be in flight (fence.go)
+	}
 	if r.ownUncommitted() >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
 		return ErrBusy
 	}
-	r.seq++
+	// After a restart, own operations of the run before may have come back
+	// from the log or from gossip (fence.go): never issue an id again.
+	r.seq = max(r.seq, r.vv[r.cfg.ID]) + 1
 	req := &Req{ID: OpID{r.cfg.ID, r.seq}, TS: r.clk.Now(), Op: cr.Op, Strong: cr.Strong}
 	if cr.Strong {
 		req.Ctx = r.vv.Clone()
@@ -43,10 +48,9 @@ func (r *Replica) Submit(cr ClientRequest) error {
 	r.newOwn = append(r.newOwn, req) // gossiped at the next Ready, batched
 	if cr.Strong {
 		r.pendingStrong[req.ID] = r.ticks
-		// A leader proposes it once durable, a follower at the next Ready
-		// (proposeDurable, see proposable), with the other strong
-		// operations submitted since the last one: one run of entries for
-		// the batch.
+		// Proposed at the next Ready, which persists it (proposeNew,
+		// see proposable), with the other strong operations submitted since
+		// the last one: one run of entries for the batch.
 		r.toPropose = append(r.toPropose, req)
 	}
 	return nil

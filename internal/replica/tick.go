@@ -24,14 +24,16 @@ func (r *Replica) Tick() {
 		r.proposeNoop()
 	}
 	r.drainTick()
+	var due []*Req
 	for _, id := range sortedIDs(r.pendingStrong) {
 		if r.ticks-r.pendingStrong[id] >= r.cfg.RetryTicks {
 			r.pendingStrong[id] = r.ticks
 			if q, ok := r.Op(id); ok {
-				r.propose(q)
+				due = append(due, q)
 			}
 		}
 	}
+	r.proposeStrong(due) // one run of entries for all of them
 	for _, id := range sortedKeys(r.readBatches) {
 		if b := r.readBatches[id]; r.ticks-b.askedAt >= r.cfg.RetryTicks {
 			b.askedAt = r.ticks
@@ -57,23 +59,27 @@ func (r *Replica) staleForeign() bool {
 // again now rather than after RetryTicks. Duplicates are skipped at
 // delivery.
 func (r *Replica) checkLeader() {
-	lead := r.node.Status().Lead
+	st := r.node.Status()
+	lead := st.Lead
 	if lead == r.lastLead {
 		return
 	}
 	r.lastLead = lead
+	r.otherLeads(st.GetTerm(), lead)
 	// Entries on their way through the old leader may be lost.
 	clear(r.proposedAt)
 	r.ownProposed = 0
 	if lead == 0 {
 		return
 	}
+	var due []*Req
 	for _, id := range sortedIDs(r.pendingStrong) {
 		r.pendingStrong[id] = r.ticks
 		if q, ok := r.Op(id); ok {
-			r.propose(q)
+			due = append(due, q)
 		}
 	}
+	r.proposeStrong(due) // one run of entries for all of them
 	for _, id := range sortedKeys(r.readBatches) {
 		r.readBatches[id].askedAt = r.ticks
 		r.node.ReadIndex(readCtx(r.incarnation, id))

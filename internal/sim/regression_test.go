@@ -17,6 +17,10 @@ var regressionSeeds = []struct {
 	// linearizability broke.
 	{1254, "commit kept an operation above a conflicting earlier one learnt from the log (kvmany)"},
 	{1273, "the same, on a queue (onekey, 5 replicas)"},
+	// A leader killed inside a write whose early appends carried an own
+	// operation came back without it and, unfenced, issued its id again
+	// for another operation, which commit skipped as a duplicate.
+	{721, "an id issued twice after a crash inside a leader's write (snap5, 5 replicas, crashes inside writes)"},
 }
 
 func TestRegressionSeeds(t *testing.T) {
