@@ -87,7 +87,7 @@ func TestReviewBugFailStopAnswersUnavailable(t *testing.T) {
 // beyond the log. Run in a child process.
 func TestReviewBugForgedHeartbeatCrashes(t *testing.T) {
 	if os.Getenv("REVIEW_FORGED_HEARTBEAT") == "1" {
-		peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}
+		peers := map[uint64]string{1: freeAddr(t), 2: deadAddr(t), 3: deadAddr(t)}
 		startServers(t, Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
 		conn := plainConn(t, peers[1])
 		b, err := replica.EncodeMessage(replica.Message{Type: replica.MsgRaft, From: 2, To: 1,

@@ -77,7 +77,7 @@ func TestReviewStopBeforeStartAndTwice(t *testing.T) {
 // Unavailable, and Stop itself returns promptly (peer goroutines that keep
 // redialling a dead address included).
 func TestReviewStopWithRequestsInFlightAndDeadPeers(t *testing.T) {
-	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}
+	peers := map[uint64]string{1: freeAddr(t), 2: deadAddr(t), 3: deadAddr(t)}
 	s, err := New(Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestReviewStopWithRequestsInFlightAndDeadPeers(t *testing.T) {
 // keep an inflight slot: MaxInflight requests abandoned one after the other
 // leave room for more.
 func TestReviewCancelledStreamsFreeInflight(t *testing.T) {
-	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t), 3: freeAddr(t)}
+	peers := map[uint64]string{1: freeAddr(t), 2: deadAddr(t), 3: deadAddr(t)}
 	s := startServers(t, Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet(), MaxInflight: 4})[0]
 	c := dial(t, peers[1])
 	// The server learns of a cancellation when the client's RST_STREAM
@@ -252,7 +252,7 @@ func TestReviewHostileOps(t *testing.T) {
 // undecodable or misaddressed messages; nothing reaches the replica, and the
 // replica keeps serving.
 func TestReviewPeerEnvelopeValidation(t *testing.T) {
-	peers := map[uint64]string{1: freeAddr(t), 2: freeAddr(t)}
+	peers := map[uint64]string{1: freeAddr(t), 2: deadAddr(t)}
 	startServers(t, Config{ID: 1, Peers: peers, ClientAddr: peers[1], Storage: reviewMem(), Logger: reviewQuiet()})
 	pc := api.NewPeerClient(plainConn(t, peers[1]))
 	enc := func(m replica.Message) []byte {

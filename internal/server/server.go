@@ -310,12 +310,17 @@ func New(cfg Config) (*Server, error) {
 // beyond them get a goroutine of their own, whose stack grows by copying.
 const streamWorkers = 128
 
+// listenTCP opens the server's listeners. Tests replace it to hand over a
+// listener they opened when they chose the address, so that no other
+// process can take the port in between.
+var listenTCP = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
 // Start listens and serves; it returns once the listeners are open.
 func (s *Server) Start() error {
 	var err error
 	if s.cfg.ClientListener != nil {
 		s.lisClient = s.cfg.ClientListener
-	} else if s.lisClient, err = net.Listen("tcp", s.cfg.ClientAddr); err != nil {
+	} else if s.lisClient, err = listenTCP(s.cfg.ClientAddr); err != nil {
 		return fmt.Errorf("server: listen for clients: %w", err)
 	}
 	// The shared listener also carries peer messages (up to
@@ -333,7 +338,7 @@ func (s *Server) Start() error {
 	if s.cfg.PeerAddr == s.cfg.ClientAddr {
 		api.RegisterPeerServer(s.grpcClient, s)
 	} else {
-		if s.lisPeer, err = net.Listen("tcp", s.cfg.PeerAddr); err != nil {
+		if s.lisPeer, err = listenTCP(s.cfg.PeerAddr); err != nil {
 			s.lisClient.Close()
 			return fmt.Errorf("server: listen for peers: %w", err)
 		}

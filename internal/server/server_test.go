@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,7 +62,43 @@ func (m *memStorage) TruncateOwn(upTo uint64) error {
 }
 func (m *memStorage) Close() error { return nil }
 
+// heldListeners holds, by address, the listeners freeAddr opened and no
+// server has taken yet.
+var heldListeners sync.Map
+
+func init() {
+	listenTCP = func(addr string) (net.Listener, error) {
+		if l, ok := heldListeners.LoadAndDelete(addr); ok {
+			return l.(net.Listener), nil
+		}
+		return net.Listen("tcp", addr)
+	}
+}
+
+// freeAddr returns a loopback address whose listener stays open until the
+// first server to listen on the address takes it (or the test ends).
+// Closing it and listening again later would let another process's
+// outgoing connection take the ephemeral port in between ("address
+// already in use").
 func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	heldListeners.Store(addr, l)
+	t.Cleanup(func() {
+		if l, ok := heldListeners.LoadAndDelete(addr); ok {
+			l.(net.Listener).Close()
+		}
+	})
+	return addr
+}
+
+// deadAddr returns a loopback address that nothing listens on: a peer that
+// never starts.
+func deadAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
