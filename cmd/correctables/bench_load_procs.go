@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/loadgen"
+	"github.com/correctables/correctables/internal/loopback"
 )
 
 // child is a server process the bench started: in a process group of its
@@ -165,26 +165,9 @@ func tail(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// freePorts returns n distinct free loopback ports (held open together while
-// they are chosen).
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
-}
+// freePorts returns n distinct free loopback ports, below the ephemeral
+// range (loopback.FreePorts).
+func freePorts(n int) ([]int, error) { return loopback.FreePorts(n) }
 
 // startServeProcs starts a three-replica cluster of `serve` processes of this
 // binary on loopback, data under dir, and waits until every replica knows

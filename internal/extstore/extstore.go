@@ -11,11 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/correctables/correctables/internal/loopback"
 )
 
 // ErrNotInstalled is returned when a store's programs are not on this
@@ -87,23 +88,13 @@ func (g *group) exited() error {
 	return nil
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. They are free
-// when returned; a process started right after takes them.
+// freePorts returns n distinct free TCP ports on 127.0.0.1, below the
+// ephemeral range so that no outgoing connection takes one before the
+// process started right after binds it (loopback.FreePorts).
 func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("extstore: free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ports, err := loopback.FreePorts(n)
+	if err != nil {
+		return nil, fmt.Errorf("extstore: %w", err)
 	}
 	return ports, nil
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/correctables/correctables/internal/cluster"
+	"github.com/correctables/correctables/internal/loopback"
 )
 
 func checkRow(t *testing.T, res *Result, mode Mode) {
@@ -115,12 +115,11 @@ func TestRunConfigErrors(t *testing.T) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := loopback.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports[0]
 }
 
 func TestRunEtcd(t *testing.T) {

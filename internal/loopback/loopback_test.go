@@ -1,6 +1,10 @@
 package loopback
 
-import "testing"
+import (
+	"net"
+	"strconv"
+	"testing"
+)
 
 func TestIs(t *testing.T) {
 	for ep, want := range map[string]bool{
@@ -10,5 +14,28 @@ func TestIs(t *testing.T) {
 		if got := Is(ep); got != want {
 			t.Errorf("Is(%q) = %v, want %v", ep, got, want)
 		}
+	}
+}
+
+func TestFreePortsAreDistinctBindableAndBelowTheEphemeralRange(t *testing.T) {
+	ports, err := FreePorts(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Errorf("port %d twice", p)
+		}
+		seen[p] = true
+		if p < 10000 || p >= ephemeralLow() {
+			t.Errorf("port %d outside [10000, %d)", p, ephemeralLow())
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Errorf("port %d: %v", p, err)
+			continue
+		}
+		l.Close()
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/loopback"
 )
 
 // Bounds of the harness. Generous: a slow machine must not fail the tests,
@@ -152,23 +152,18 @@ type cluster struct {
 	procs []*proc
 }
 
-// freePorts reserves n distinct loopback ports by listening on port 0, and
-// releases them for the replicas to bind. Another process could take one in
-// between; on loopback in a test that is rare, and start then fails loudly.
+// freePorts returns n distinct free loopback addresses for the replicas to
+// bind, below the ephemeral range so that no outgoing connection takes one
+// before its replica starts (loopback.FreePorts).
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	var addrs []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("reserving a port: %v", err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
+	ports, err := loopback.FreePorts(n)
+	if err != nil {
+		t.Fatalf("reserving ports: %v", err)
 	}
-	for _, ln := range lns {
-		ln.Close()
+	var addrs []string
+	for _, p := range ports {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
 	}
 	return addrs
 }
