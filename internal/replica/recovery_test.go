@@ -186,6 +186,38 @@ func TestSnapshotsBoundedByBytesAndTime(t *testing.T) {
 			t.Fatalf("no snapshot after %d KiB of entries with SnapshotBytes 64 KiB", 8*32)
 		}
 	})
+	// A snapshot writes the whole state: the bytes bound follows the last
+	// snapshot's size, so that snapshots of a state much larger than
+	// SnapshotBytes cost at most the bytes applied between them.
+	t.Run("bytes-follow-state", func(t *testing.T) {
+		s := newSingle(t, 1_000_000)
+		s.r.cfg.SnapshotBytes = 64 << 10
+		s.r.cfg.SnapshotTicks = 1 << 30
+		seq := uint64(0)
+		put := func(n int) {
+			for i := range n {
+				seq++
+				if err := s.r.Submit(ClientRequest{Client: 1, Seq: seq, Strong: true, Want: WantStable,
+					Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("big", i%16), Value: make([]byte, 32<<10)}}); err != nil {
+					t.Fatal(err)
+				}
+				s.drive()
+				for j := 0; s.stable < int(seq) && j < 100; j++ {
+					s.r.Tick()
+					s.drive()
+				}
+			}
+		}
+		put(16) // a state of 512 KiB, eight times SnapshotBytes
+		before := s.snaps
+		put(64) // 2 MiB more of entries
+		taken := s.snaps - before
+		// At 64 KiB a snapshot would come every second put (32 of them);
+		// at the state's 512 KiB, every 16th.
+		if taken < 1 || taken > 6 {
+			t.Fatalf("%d snapshots over 2 MiB of entries on a 512 KiB state, want 1-6 (one per state size applied)", taken)
+		}
+	})
 	t.Run("time", func(t *testing.T) {
 		s := newSingle(t, 1_000_000)
 		s.r.cfg.SnapshotTicks = 50

@@ -278,6 +278,9 @@ type Replica struct {
 	// the last snapshot (maybeSnapshot).
 	bytesSinceSnap int
 	snapTick       int
+	// lastSnapBytes is the size of the last snapshot this replica took:
+	// the bytes bound is never below it (snapshotDue).
+	lastSnapBytes int
 	// ownProposed is the highest own sequence number put in an entry since
 	// the last leader change; toPropose the own strong operations submitted
 	// since the last Ready (proposeNew).

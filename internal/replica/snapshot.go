@@ -150,11 +150,20 @@ func (r *Replica) lookupResult(id OpID) (committedResult, bool) {
 // since the last one, and it is SnapshotEntries entries, SnapshotBytes
 // bytes (a few huge entries) or SnapshotTicks ticks (a trickle of writes)
 // old, so that restart and catch-up never replay more than that.
+//
+// The bytes bound is never below the size of the last snapshot: a
+// snapshot writes the whole state, so taking one every SnapshotBytes of
+// entries would cost, for a state many times that size, many times the
+// writes themselves (a stream of 1 MiB values over 32 keys took one every
+// 16 puts, each writing the 32 MiB state, and the storage's compactions
+// of those stalled the replica). With the bound at the state's size a
+// snapshot costs at most what was applied since the last, and a restart
+// replays at most as many bytes of log as it reads of snapshot.
 func (r *Replica) snapshotDue() bool {
 	if r.cfg.SnapshotEntries <= 0 || r.confState == nil || r.applied == r.snapIndex {
 		return false
 	}
-	return r.applied-r.snapIndex >= uint64(r.cfg.SnapshotEntries) || r.bytesSinceSnap >= r.cfg.SnapshotBytes ||
+	return r.applied-r.snapIndex >= uint64(r.cfg.SnapshotEntries) || r.bytesSinceSnap >= max(r.cfg.SnapshotBytes, r.lastSnapBytes) ||
 		r.ticks-r.snapTick >= r.cfg.SnapshotTicks || r.confSnap
 }
 
@@ -168,6 +177,7 @@ func (r *Replica) maybeSnapshot() error {
 	if err != nil {
 		return err
 	}
+	r.lastSnapBytes = len(data)
 	r.out.CreateSnapshot = &SnapshotRequest{
 		Index: r.applied, ConfState: proto.Clone(r.confState).(*raftpb.ConfState),
 		Data: data, OwnCommitted: r.committedVV[r.cfg.ID],
