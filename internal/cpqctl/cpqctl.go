@@ -74,6 +74,19 @@
 // the model aimed at 0.74), leaving a residual violation too small for
 // the gate to see in one or two periods' values.
 //
+// A stale step that lands still over the bound is followed by another
+// once the window at the new p holds two periods, even within the gate:
+// along the secant through the two measured points (the stale fraction
+// that called for the step at its starting p, the window's now), to where
+// it reaches Margin*X; if the stale fraction did not fall, to the model's
+// p_X. The model's r comes from the levels measured before a latency
+// change, and after one the stronger level's reads are relatively staler
+// (quorum reads 0.27 of weak reads' staleness at 2 ms between replicas,
+// 0.41 at 8 ms, bench cpq figure q at 800 ops/s), so the first step lands short, often within the
+// gate's noise of the bound, where the floor alone took p up by 0.01 a
+// period. The secant step is taken again after each step until the SLA
+// is met or p falls.
+//
 // After p rises by more than MinStep, the measurements start again: the window is emptied and
 // the next Hold periods are ignored, for a caller whose values scored in a
 // period were written under the old p (one that scores a value a fixed
@@ -220,6 +233,11 @@ type Controller struct {
 	ok     int           // consecutive periods within the SLA
 	bad    int           // consecutive periods judged infeasible
 	last   Decision
+	// The last stale step (rise of more than MinStep) since p last fell or
+	// the SLA was last met: the p it started from and the stale fraction
+	// that called for it, for the secant step.
+	stepped             bool
+	stepFrom, stepStale float64
 }
 
 // New returns a controller, or an error matching ErrConfig.
@@ -414,9 +432,23 @@ func (c *Controller) Step(o Observation) Decision {
 		s0 := d.Stale / (1 - (1-r)*c.p)
 		target := (1 - c.cfg.Margin*sla.Stale/s0) / (1 - r)
 		atBound := sla.Stale * float64(values)
-		if float64(positive)-atBound <= c.cfg.Z*math.Sqrt(atBound) {
+		gated := float64(positive)-atBound > c.cfg.Z*math.Sqrt(atBound)
+		if !gated {
 			target = c.p // within the count's noise of the bound: the floor
 		}
+		if !gated && c.stepped && len(c.window) >= 2 {
+			// Still over the bound two periods after a stale step:
+			// the model under-stepped (its r is the levels' before a
+			// change; after it the stronger level's reads are
+			// relatively staler). Aim along the secant through the
+			// two measured points instead of creeping by MinStep.
+			if slope := (c.stepStale - d.Stale) / (c.p - c.stepFrom); slope > 0 {
+				target = c.p + (d.Stale-c.cfg.Margin*sla.Stale)/slope
+			} else {
+				target = (1 - c.cfg.Margin*sla.Stale/s0) / (1 - r)
+			}
+		}
+		from, fromStale := c.p, d.Stale
 		if atLatency, aim, ok := c.latencyBound(o); ok && target > aim {
 			// Past where the latency step would aim (so near the latency
 			// bound that the next period's p95 may cross it): aim
@@ -426,6 +458,9 @@ func (c *Controller) Step(o Observation) Decision {
 			target = max(c.p, min(target, atLatency, (atStale+atLatency)/2))
 		}
 		c.p = min(1, c.p+c.clamp(target-c.p, c.cfg.MaxStep))
+		if c.p > from+c.cfg.MinStep*(1+1e-9) {
+			c.stepped, c.stepFrom, c.stepStale = true, from, fromStale
+		}
 	default:
 		step, hold, why := c.latencyStep(o)
 		if c.p <= 0 {
@@ -444,6 +479,7 @@ func (c *Controller) Step(o Observation) Decision {
 		c.since = 0
 	} else if c.p < d.P-c.cfg.MinStep*(1+1e-9) {
 		c.since = 0
+		c.stepped = false
 	}
 	d.P = c.p
 	if d.StaleOK && d.LatencyOK {
@@ -461,6 +497,7 @@ func (c *Controller) Step(o Observation) Decision {
 		d.Verdict, d.Why = Infeasible, infeasible
 	case c.ok >= c.cfg.Patience:
 		d.Verdict = Met
+		c.stepped = false
 	default:
 		d.Verdict = Adjusting
 	}
