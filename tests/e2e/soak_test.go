@@ -192,6 +192,9 @@ func probeAccept(ctx context.Context, rec *history.Recorder, clientID int, p *pr
 		if err == nil {
 			err = out.err
 		}
+		if errors.Is(err, context.DeadlineExceeded) && a.attempts == 2 && os.Getenv("CORRECTABLES_E2E_SOAK_DUMP") != "" {
+			_ = p.signal(syscall.SIGQUIT) // its goroutines into its log, mid-stall
+		}
 		if errors.Is(err, client.ErrOverloaded) {
 			a.busy++
 		} else if len(a.errs) < 3 {
@@ -275,6 +278,9 @@ func TestSoakLeaderKills(t *testing.T) {
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 		l, err := c.leader(ctx)
 		if err != nil {
+			for _, p := range c.procs {
+				_ = p.signal(syscall.SIGQUIT) // goroutines into the logs
+			}
 			t.Fatalf("round %d: %v", round, err)
 		}
 		kind := [...]string{"leader", "leader", "follower", "stop leader"}[round%4]
