@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/correctables/correctables/api"
@@ -85,6 +86,23 @@ type EndpointInfo struct {
 // grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n)) lowers it.
 const MaxReplyBytes = math.MaxInt32
 
+// reconnect bounds gRPC's reconnection backoff to a second. With gRPC's
+// default (1 s, growing 1.6 times per failed attempt, up to 2 minutes) an
+// endpoint that was down a while was dialed again only seconds to minutes
+// after it came back, and every operation and probe sent to it meanwhile
+// failed at once with the last dial error: a Client of a one-replica
+// cluster restarted under it failed its next operation "connection refused"
+// although the replica was serving (e2e TestSoakSingleReplicaRestart).
+var reconnect = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  50 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   time.Second,
+	},
+	MinConnectTimeout: 20 * time.Second, // gRPC's default
+}
+
 // Dial connects to the replicas at endpoints (host:port) and measures the
 // round-trip time to each with a few Status probes, within the dial timeout.
 // It fails with ErrUnavailable if no endpoint answers, and with
@@ -108,6 +126,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...Option) (*Client, err
 		creds = insecure.NewCredentials()
 	}
 	dialOpts := append([]grpc.DialOption{
+		grpc.WithConnectParams(reconnect),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithStatsHandler(wireCounter{&c.stats}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes)),

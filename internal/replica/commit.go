@@ -11,10 +11,32 @@ import (
 	"github.com/correctables/correctables/internal/state"
 )
 
-// apply delivers one committed raft entry.
+// applyEntries delivers committed raft entries, in order. The operations
+// that consecutive entries commit have their execution adjusted once, for
+// the whole run (flushCommits): a replica catching up applies many entries
+// in one Ready while its tentative stack holds the operations gossip
+// brought meanwhile, and adjusting after each entry rolled that stack back
+// and executed it again per entry (seconds of a busy loop per Ready on a
+// hot key, with every client of the replica waiting).
+func (r *Replica) applyEntries(ents []*raftpb.Entry) error {
+	for _, ent := range ents {
+		if err := r.apply(ent); err != nil {
+			return err
+		}
+	}
+	return r.flushCommits()
+}
+
+// apply delivers one committed raft entry. The operations it commits join
+// r.toCommit; flushCommits finishes their commit.
 func (r *Replica) apply(ent *raftpb.Entry) error {
 	if ent.GetIndex() <= r.applied {
 		return nil // covered by a snapshot restored at start
+	}
+	if ent.GetType() != raftpb.EntryNormal {
+		if err := r.flushCommits(); err != nil {
+			return err
+		}
 	}
 	r.applied = ent.GetIndex()
 	r.settle(ent.GetTerm())
@@ -43,6 +65,9 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 		return fmt.Errorf("replica: entry %d: %w", ent.GetIndex(), err)
 	}
 	if e.Marker != nil {
+		if err := r.flushCommits(); err != nil {
+			return err
+		}
 		r.applyMarker(ent.GetIndex(), e.Proposer, e.Marker)
 		return nil
 	}
@@ -52,7 +77,9 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 // commit moves the operations of a delivered entry to the committed list
 // (Creek Algorithm 1, commit) in four steps: choose what the entry commits,
 // learn those operations, adjust execution to the new order, and answer
-// the clients waiting for them.
+// the clients waiting for them. The last two wait in r.toCommit for
+// flushCommits, with those of the entries applied after it before anything
+// else.
 func (r *Replica) commit(ops []*Req) error {
 	fresh := r.committable(ops)
 	if len(fresh) == 0 {
@@ -61,8 +88,23 @@ func (r *Replica) commit(ops []*Req) error {
 	if err := r.learnCommitted(fresh); err != nil {
 		return err
 	}
+	r.toCommit = append(r.toCommit, fresh...)
+	return nil
+}
+
+// flushCommits adjusts execution to the operations committed since the
+// last flush, in their committed order, and answers their clients. The
+// committed list, version vectors and log already hold them
+// (learnCommitted); only the stack and the answers waited.
+func (r *Replica) flushCommits() error {
+	if len(r.toCommit) == 0 {
+		return nil
+	}
+	fresh := r.toCommit
 	results := r.adjustExecution(fresh)
 	r.answerCommitted(fresh, results)
+	clear(fresh)
+	r.toCommit = fresh[:0]
 	return nil
 }
 

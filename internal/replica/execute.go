@@ -41,9 +41,27 @@ func before(a, b executed) int {
 // tentative list (adjustTentativeOrder, Algorithm 1 line 36) and returns its
 // tentative result.
 func (r *Replica) receive(req *Req) (state.Result, bool) {
+	if !r.admit(req) {
+		return state.Result{}, false
+	}
+	x := executed{req: req}
+	c := r.placeOf(x)
+	r.place(c, []executed{x})
+	for i := len(r.tentative) - 1; i >= c; i-- {
+		if r.tentative[i].req == req {
+			return r.tentative[i].result, true
+		}
+	}
+	panic("replica: received operation not executed") // unreachable: it is in rest
+}
+
+// admit records an operation that extends its origin's prefix by one (it
+// reports false for any other) in the version vector and the log; place
+// then executes it.
+func (r *Replica) admit(req *Req) bool {
 	o := req.ID.Origin
 	if req.ID.Seq != r.vv[o]+1 {
-		return state.Result{}, false
+		return false
 	}
 	r.vv[o] = req.ID.Seq
 	r.log[o] = append(r.log[o], req)
@@ -52,29 +70,34 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	if req.TS > r.lastTS[o] {
 		r.lastTS[o] = req.TS
 	}
-	// Insert it at its place in (TS, ID) order (adjustTentativeOrder).
-	// Rollbacks only where necessary (Creek §4.4): operations ordered after
-	// it that touch none of its keys commute with it and stay executed; the
-	// first one that conflicts, and everything executed after it, is rolled
-	// back and re-executed in order with the newcomer.
-	x := executed{req: req}
-	c := len(r.tentative)
+	return true
+}
+
+// placeOf returns the stack position from which x must be executed:
+// Rollbacks only where necessary (Creek §4.4): operations ordered after it
+// that touch none of its keys commute with it and stay executed; the first
+// one that conflicts, and everything executed after it, is rolled back and
+// re-executed in order with the newcomer.
+func (r *Replica) placeOf(x executed) int {
 	// The common case, an operation newer than every tentative one (every
 	// operation this replica accepts, and gossip in timestamp order), goes
 	// on top without a scan: latest bounds the tentative ones from above.
-	if r.ntent > 0 && (r.latest == nil || compareReq(r.latest, req) > 0) {
-		c = r.firstConflictAfter(x)
+	if r.ntent > 0 && (r.latest == nil || compareReq(r.latest, x.req) > 0) {
+		return r.firstConflictAfter(x)
 	}
-	r.reexecScratch(append(r.rollbackTo(c, r.undone[:0]), x))
+	return len(r.tentative)
+}
+
+// place inserts the admitted operations xs at their places in (TS, ID)
+// order (adjustTentativeOrder, Algorithm 1 line 36): it rolls the stack
+// back to c, the lowest of their placeOf, and executes what it rolled back
+// with them, in order. Operations that arrive together (a gossip message)
+// are placed together: one rollback for all of them.
+func (r *Replica) place(c int, xs []executed) {
+	r.reexecScratch(append(r.rollbackTo(c, r.undone[:0]), xs...))
 	if n := r.TentativeLen(); n > r.stats.TentativeMaxDepth {
 		r.stats.TentativeMaxDepth = n
 	}
-	for i := len(r.tentative) - 1; i >= c; i-- {
-		if r.tentative[i].req == req {
-			return r.tentative[i].result, true
-		}
-	}
-	panic("replica: received operation not executed") // unreachable: it is in rest
 }
 
 // firstConflictAfter returns the lowest stack position of an operation

@@ -17,9 +17,18 @@ func (r *Replica) Step(m Message) error {
 		}
 		return r.node.Step(m.Raft)
 	case MsgOps:
+		// The message's operations are placed together (one rollback for
+		// all): anti-entropy brings a replica that restarted, whose stack
+		// holds the newer operations pushed to it since, many older ones at
+		// once, and placing them one by one rolled that stack back and
+		// executed it again per operation.
+		var xs []executed
+		c := len(r.tentative)
+		var err error
 		for _, q := range m.Ops {
 			if q == nil || q.ID.Origin == 0 || !r.knownOrigin(q.ID.Origin) {
-				return fmt.Errorf("replica: operation from unknown origin in message from %d", m.From)
+				err = fmt.Errorf("replica: operation from unknown origin in message from %d", m.From)
+				break
 			}
 			if q.ID.Seq <= r.vv[q.ID.Origin] {
 				continue // duplicate
@@ -27,9 +36,16 @@ func (r *Replica) Step(m Message) error {
 			// A gap (reordered or dropped message) is left to anti-entropy:
 			// accepting out of order would break the per-origin FIFO that
 			// version vectors rely on.
-			r.receive(q)
+			if r.admit(q) {
+				x := executed{req: q}
+				c = min(c, r.placeOf(x))
+				xs = append(xs, x)
+			}
 		}
-		return nil
+		if len(xs) > 0 {
+			r.place(c, xs)
+		}
+		return err
 	case MsgSync:
 		r.answerSync(m)
 		return nil

@@ -31,10 +31,8 @@ func (r *Replica) Ready() (Ready, error) {
 			}
 			r.stats.SnapshotsReceived++
 		}
-		for _, ent := range rrd.CommittedEntries {
-			if err := r.apply(ent); err != nil {
-				return Ready{}, err
-			}
+		if err := r.applyEntries(rrd.CommittedEntries); err != nil {
+			return Ready{}, err
 		}
 		if err := r.maybeSnapshot(); err != nil {
 			return Ready{}, err

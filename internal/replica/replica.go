@@ -293,6 +293,9 @@ type Replica struct {
 	fenceTerm   uint64
 	fenceSelf   bool
 	appliedTerm uint64
+	// toCommit holds the operations of the entries applied since the last
+	// flushCommits: committed, their execution not adjusted yet.
+	toCommit []*Req
 	// hsTerm and hsVote are the term and vote of the last hard state handed
 	// to the driver (durable by the next Ready): a leader sends early only
 	// in a Ready that does not change them.
@@ -410,10 +413,8 @@ func (r *Replica) replay(commit uint64) error {
 		if len(ents) == 0 {
 			return fmt.Errorf("replica: log entries from %d to %d missing", lo, commit)
 		}
-		for _, ent := range ents {
-			if err := r.apply(ent); err != nil {
-				return err
-			}
+		if err := r.applyEntries(ents); err != nil {
+			return err
 		}
 		lo = ents[len(ents)-1].GetIndex() + 1
 		if progress && (lo-from)/replayLogEvery != (lo-from-uint64(len(ents)))/replayLogEvery {

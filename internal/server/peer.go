@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/replica"
@@ -39,11 +40,38 @@ const (
 	maxPeerMessage = 64 << 20
 )
 
+// peerConnect bounds gRPC's own reconnection backoff to what run's loop
+// allows (a second). With gRPC's default (1 s, growing 1.6 times per failed
+// attempt, up to 2 minutes) a peer that was down for a while was dialed
+// again only seconds to minutes after it came back, and every stream run
+// opened meanwhile failed at once: the restarted replica heard from no one,
+// so it could not catch up and, if it had led before, stayed fenced
+// (replica/fence.go) all that time.
+var peerConnect = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  50 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   time.Second,
+	},
+	MinConnectTimeout: 20 * time.Second, // gRPC's default
+}
+
 func newPeer(s *Server, id uint64, addr string) *peer {
 	return &peer{s: s, id: id, addr: addr, queue: make(chan []byte, s.cfg.PeerQueue)}
 }
 
 func (p *peer) enqueue(m replica.Message) {
+	// A full queue (a peer that is down or slow) takes nothing: drop the
+	// message before encoding it. A leader sends a follower that comes
+	// back up to MaxInflightMsgs appends of up to 1 MB in one Ready; when
+	// its stream to that follower was not up yet, encoding each one only to
+	// drop it kept its loop busy for seconds (TestSoakLeaderKills: the
+	// leader answered no Status for 30 s; goroutine dump: EncodeMessage).
+	if p.queued.Load() >= int64(p.s.cfg.PeerQueueBytes) || len(p.queue) == cap(p.queue) {
+		p.s.cfg.Metrics.peerDropped()
+		return
+	}
 	b, err := replica.EncodeMessage(m)
 	if err != nil {
 		p.s.log.Error("encoding a peer message", "peer", p.id, "err", err)
@@ -80,7 +108,8 @@ func (p *peer) run(stop <-chan struct{}) {
 		return
 	}
 	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)),
+		grpc.WithConnectParams(peerConnect))
 	if err != nil {
 		p.s.log.Error("peer address unusable", "peer", p.id, "addr", p.addr, "err", err)
 		return

@@ -241,6 +241,14 @@ func summarize(t *testing.T, records []history.Record, finals map[string]client.
 // invoked.
 func checkDurable(t *testing.T, records []history.Record, finals map[string]client.Result) {
 	t.Helper()
+	checkDurableKeys(t, records, finals, incrKeys, appendKeys)
+}
+
+// checkDurableKeys is checkDurable for the increments on incrKeys and the
+// appends of unique tokens on appendKeys; operations on other keys are not
+// looked at.
+func checkDurableKeys(t *testing.T, records []history.Record, finals map[string]client.Result, incrKeys, appendKeys []string) {
+	t.Helper()
 	type tally struct{ acked, all int64 }
 	incrs := map[string]*tally{}
 	tokens := map[string]map[string]bool{} // key -> token -> acked
@@ -251,13 +259,13 @@ func checkDurable(t *testing.T, records []history.Record, finals map[string]clie
 		tokens[k] = map[string]bool{}
 	}
 	for _, r := range records {
-		switch r.Op.Kind {
-		case state.OpIncr:
+		switch {
+		case r.Op.Kind == state.OpIncr && incrs[r.Op.Key] != nil:
 			incrs[r.Op.Key].all += r.Op.Delta
 			if r.Acked {
 				incrs[r.Op.Key].acked += r.Op.Delta
 			}
-		case state.OpAppend:
+		case r.Op.Kind == state.OpAppend && tokens[r.Op.Key] != nil:
 			tokens[r.Op.Key][string(r.Op.Value)] = r.Acked
 		}
 	}
