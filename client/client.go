@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/redial"
 )
 
 // Client is a connection to the replicas of a Correctables store. It routes
@@ -93,15 +93,7 @@ const MaxReplyBytes = math.MaxInt32
 // failed at once with the last dial error: a Client of a one-replica
 // cluster restarted under it failed its next operation "connection refused"
 // although the replica was serving (e2e TestSoakSingleReplicaRestart).
-var reconnect = grpc.ConnectParams{
-	Backoff: backoff.Config{
-		BaseDelay:  50 * time.Millisecond,
-		Multiplier: 1.6,
-		Jitter:     0.2,
-		MaxDelay:   time.Second,
-	},
-	MinConnectTimeout: 20 * time.Second, // gRPC's default
-}
+var reconnect = redial.Params
 
 // Dial connects to the replicas at endpoints (host:port) and measures the
 // round-trip time to each with a few Status probes, within the dial timeout.

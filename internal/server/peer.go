@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 
 	"github.com/correctables/correctables/api"
+	"github.com/correctables/correctables/internal/redial"
 	"github.com/correctables/correctables/internal/replica"
 )
 
@@ -47,15 +47,7 @@ const (
 // opened meanwhile failed at once: the restarted replica heard from no one,
 // so it could not catch up and, if it had led before, stayed fenced
 // (replica/fence.go) all that time.
-var peerConnect = grpc.ConnectParams{
-	Backoff: backoff.Config{
-		BaseDelay:  50 * time.Millisecond,
-		Multiplier: 1.6,
-		Jitter:     0.2,
-		MaxDelay:   time.Second,
-	},
-	MinConnectTimeout: 20 * time.Second, // gRPC's default
-}
+var peerConnect = redial.Params
 
 func newPeer(s *Server, id uint64, addr string) *peer {
 	return &peer{s: s, id: id, addr: addr, queue: make(chan []byte, s.cfg.PeerQueue)}
