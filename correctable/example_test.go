@@ -128,7 +128,7 @@ func dequeue(event string) correctabletest.Op[int] {
 func Example_ticketSelling() {
 	const threshold = 20
 	ctx := context.Background()
-	wait, attached := primaryAfterCallbacks()
+	wait, attached := heldUntilCallbacks(correctabletest.BackupReplica)
 	cluster, _ := correctabletest.NewCluster(correctabletest.Config{Wait: wait})
 	cluster.Put("tickets:concert", "22")
 	b := correctabletest.Sequential[int](cluster)
@@ -175,7 +175,7 @@ func Example_ticketSelling() {
 // from the phone's cache, the closest backup and the primary.
 func Example_newsReader() {
 	ctx := context.Background()
-	wait, attached := primaryAfterCallbacks()
+	wait, attached := heldUntilCallbacks(correctabletest.CacheReplica)
 	cluster, _ := correctabletest.NewCluster(correctabletest.Config{WithCache: true, Wait: wait})
 	_ = cluster.SetLag(correctabletest.CacheReplica, 2)
 	_ = cluster.SetLag(correctabletest.BackupReplica, 1)
@@ -201,16 +201,18 @@ func Example_newsReader() {
 	// strong   storm warning, match result, election called
 }
 
-// primaryAfterCallbacks returns a correctabletest.Config.Wait that holds
-// each request to the primary until attached is called, once per request.
-// A Correctable whose final view arrives before SetCallbacks starts the
-// callbacks from that view and skips the preliminary ones (still correct,
-// only later), so the examples call attached after SetCallbacks to keep
-// their output independent of scheduling.
-func primaryAfterCallbacks() (wait func(context.Context, correctabletest.Replica) error, attached func()) {
+// heldUntilCallbacks returns a correctabletest.Config.Wait that holds
+// each request to first, the replica the sequential binding asks first,
+// until attached is called, once per request. SetCallbacks starts a
+// subscriber from the newest view already there and skips older ones
+// (still correct, only later): a final view, or a second preliminary one,
+// that arrived before SetCallbacks would hide the views before it. Holding
+// the first replica keeps every view after SetCallbacks, so the examples'
+// output does not depend on scheduling.
+func heldUntilCallbacks(first correctabletest.Replica) (wait func(context.Context, correctabletest.Replica) error, attached func()) {
 	ch := make(chan struct{}, 1)
 	wait = func(ctx context.Context, r correctabletest.Replica) error {
-		if r != correctabletest.PrimaryReplica {
+		if r != first {
 			return nil
 		}
 		select {
