@@ -54,7 +54,9 @@ type StoreClient interface {
 	// that asks for both views, or none, is refused with InvalidArgument: use
 	// Invoke for both.
 	Call(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*ViewReply, error)
-	// Status reports the replica's role and progress.
+	// Status reports the replica's role and progress. A replica whose event
+	// loop is busy for more than 200 ms (a long write, a catch-up) answers
+	// with its state at the end of the loop's last round.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error)
 	// Backup streams a snapshot of the replica's committed state at its
 	// applied index (`correctables snapshot save`): a raft snapshot
@@ -153,7 +155,9 @@ type StoreServer interface {
 	// that asks for both views, or none, is refused with InvalidArgument: use
 	// Invoke for both.
 	Call(context.Context, *InvokeRequest) (*ViewReply, error)
-	// Status reports the replica's role and progress.
+	// Status reports the replica's role and progress. A replica whose event
+	// loop is busy for more than 200 ms (a long write, a catch-up) answers
+	// with its state at the end of the loop's last round.
 	Status(context.Context, *StatusRequest) (*StatusReply, error)
 	// Backup streams a snapshot of the replica's committed state at its
 	// applied index (`correctables snapshot save`): a raft snapshot

@@ -6,3 +6,10 @@ package api
 // before running it, so a client may send it, an update too, to another
 // replica.
 const DrainingMarker = "draining before its removal from the cluster"
+
+// FencedMarker is in the message of the ResourceExhausted status a replica
+// answers an update with after a restart, until it has caught up with its
+// cluster (the restart fence: it must first learn every operation id it
+// issued before the crash). It refused the update before running it;
+// another replica may take it now, and this one shortly.
+const FencedMarker = "restarted, and catching up with its cluster before it takes updates"

@@ -112,7 +112,8 @@ func toLevelSet(ls []correctable.Level) (levelSet, error) {
 // submit runs op at the nearest healthy endpoint (an update for the final
 // view only at the leader, see leaderFirst), failing over to the next
 // one on Unavailable as long as that cannot run op twice: before any view
-// arrived, and, for an update, only if its request never left the client.
+// arrived, and, for an update, only if its request never left the client;
+// and on a refusal (Overloaded), which ran nothing.
 func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result]) error {
 	start := time.Now()
 	c.stats.ops.Add(1)
@@ -154,11 +155,47 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 		return fmt.Errorf("client: %v: request of %d bytes over %d: %w", op, n, MaxRequestBytes, ErrInvalidArgument)
 	}
 	retryable := op.ReadOnly() || op.kind == KindNoop
+	backoff := fencedBackoff
+	for waited := time.Duration(0); ; {
+		fenced, err := c.runRoute(ctx, op, req, ls, retryable, emit, tr)
+		if err == nil || !fenced || waited >= fencedRetryFor || c.isClosed() {
+			return err
+		}
+		// Every endpoint refused it as restarted and catching up (the whole
+		// cluster restarted): they take updates once a leader's first
+		// entry is applied, so try again shortly.
+		c.cfg.logger.Debug("client: every replica is catching up after a restart; retrying", "op", op, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		waited += backoff
+		backoff = min(2*backoff, fencedBackoffMax)
+	}
+}
+
+// fencedBackoff and fencedBackoffMax space the rounds of an operation that
+// every endpoint refused as restarted and catching up (api.FencedMarker);
+// fencedRetryFor bounds their waits, a few election timeouts.
+const (
+	fencedBackoff    = 25 * time.Millisecond
+	fencedBackoffMax = 500 * time.Millisecond
+	fencedRetryFor   = 5 * time.Second
+)
+
+// runRoute tries req at the endpoints of the route in turn (see submit). It
+// reports whether every endpoint tried refused it as restarted and catching
+// up (fenced), which is worth another round.
+func (c *Client) runRoute(ctx context.Context, op Op, req *api.InvokeRequest, ls levelSet, retryable bool, emit correctable.Emitter[Result], tr *OpTrace) (fenced bool, err error) {
 	route := c.route()
 	if ls.strong && !ls.eventual && !op.ReadOnly() {
 		route = c.leaderFirst(route)
 	}
 	var errs []error
+	fenced = len(route) > 0
 	for i, e := range route {
 		if i > 0 {
 			c.stats.failovers.Add(1)
@@ -168,22 +205,35 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 		tr.Attempts++
 		sent, viewed, err := c.invokeAt(ctx, e, req, ls, emit, tr)
 		if err == nil {
-			return nil
+			return false, nil
 		}
 		if c.isClosed() {
-			return fmt.Errorf("client: %v at %s: %w", op, e.addr, ErrClosed)
+			return false, fmt.Errorf("client: %v at %s: %w", op, e.addr, ErrClosed)
 		}
 		err = fmt.Errorf("client: %v at %s: %w", op, e.addr, err)
+		if errors.Is(err, ErrOverloaded) && !viewed {
+			// Refused (ResourceExhausted): the replica ran nothing, so
+			// another may take the operation now, e.g. when this one has
+			// just restarted and is catching up with its cluster. The
+			// endpoint stays up.
+			fenced = fenced && refusedFenced(err)
+			errs = append(errs, err)
+			continue
+		}
+		fenced = false
 		if !errors.Is(err, ErrUnavailable) {
-			return err
+			return false, err
 		}
 		c.markDown(e, err)
 		errs = append(errs, err)
 		if viewed || (sent && !retryable && !notRun(err)) {
-			return err
+			return false, err
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) == 1 {
+		return fenced, errs[0]
+	}
+	return fenced, errors.Join(errs...)
 }
 
 // invokeAt runs req at e and emits its views. It reports whether the

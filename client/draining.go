@@ -14,3 +14,11 @@ import (
 func refusedDraining(err error) bool {
 	return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), api.DrainingMarker)
 }
+
+// refusedFenced reports whether err is a replica's refusal of an update
+// because it has restarted and is catching up with its cluster
+// (ResourceExhausted carrying api.FencedMarker): it ran nothing, another
+// replica may take the update now, and this one shortly.
+func refusedFenced(err error) bool {
+	return errors.Is(err, ErrOverloaded) && strings.Contains(err.Error(), api.FencedMarker)
+}

@@ -23,6 +23,10 @@ var (
 	// until it has caught up with its cluster (fence.go); the client should
 	// back off and retry.
 	ErrBusy = errors.New("replica: too many operations in flight")
+	// ErrFenced is the ErrBusy of a replica that has restarted and takes no
+	// update until it has caught up with its cluster (fence.go); another
+	// replica may take it at once.
+	ErrFenced = fmt.Errorf("%w: restarted, and catching up with its cluster before it takes updates", ErrBusy)
 )
 
 // Config configures a Replica. validate fills defaults.

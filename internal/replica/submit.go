@@ -22,7 +22,7 @@ func (r *Replica) Submit(cr ClientRequest) error {
 		return r.submitRead(cr)
 	}
 	if r.fenceTerm != 0 {
-		return ErrBusy // restarted, and an id it issued before may be in flight (fence.go)
+		return ErrFenced // restarted, and an id it issued before may be in flight (fence.go)
 	}
 	if r.ownUncommitted() >= r.cfg.MaxTentative || (cr.Strong && len(r.pendingStrong) >= r.cfg.MaxPending) {
 		return ErrBusy

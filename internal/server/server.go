@@ -222,6 +222,9 @@ type Server struct {
 	// Catch-up logging (logCatchUp).
 	catchUpLogged time.Time
 	catchingUp    bool
+	// published is the Status of the end of a recent loop round, for a
+	// Status the loop is too busy to answer (Status, publishStatus).
+	published atomic.Pointer[api.StatusReply]
 
 	inflight chan struct{}    // semaphore of client requests
 	peers    map[uint64]*peer // owned by the loop once it runs
@@ -345,6 +348,7 @@ func (s *Server) Start() error {
 		s.grpcPeer = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage)}, creds...)...)
 		api.RegisterPeerServer(s.grpcPeer, s)
 	}
+	s.published.Store(s.statusReply())
 	s.started.Store(true)
 	s.startPeers() // before the loop, which owns s.peers from then on
 	s.wg.Add(1)
@@ -463,6 +467,7 @@ func (s *Server) loop() {
 		}
 		s.unpark()
 		s.logCatchUp()
+		s.published.Store(s.statusReply())
 		if err := s.syncMembers(); err != nil {
 			// Removed from the cluster (syncMembers logged it).
 			s.loopErr = err
@@ -535,11 +540,23 @@ func (s *Server) trySubmit(req *request) bool {
 	s.nextSeq++
 	req.cr.Seq = s.nextSeq
 	err := s.rep.Submit(req.cr)
-	if errors.Is(err, replica.ErrBusy) && s.cfg.BusyWait > 0 && (req.parked.IsZero() || time.Since(req.parked) < s.cfg.BusyWait) {
+	if errors.Is(err, replica.ErrBusy) && s.cfg.BusyWait > 0 && (req.parked.IsZero() || time.Since(req.parked) < s.cfg.BusyWait) && !s.goElsewhere(err) {
 		return false
 	}
 	s.answer(req, err)
 	return true
+}
+
+// goElsewhere reports whether a request the replica refused with err had
+// better be refused at once than wait for room: an update at a replica
+// fenced after its restart (replica.ErrFenced, whose status carries
+// api.FencedMarker) in a cluster of several, where the other replicas take
+// it now (they have not restarted, or caught up already). The client tries
+// another replica on the refusal (ResourceExhausted: nothing ran), and
+// when every one refuses so (the whole cluster restarted) it tries again
+// shortly, as the fence lifts once a leader's first entry is applied.
+func (s *Server) goElsewhere(err error) bool {
+	return errors.Is(err, replica.ErrFenced) && len(s.rep.Members()) > 1
 }
 
 // answer tells req the replica's answer to its submission: a refusal now,
@@ -740,22 +757,42 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 }
 
 // Status implements api.StoreServer.
+//
+// The loop answers it between two rounds, so the reply is current. A loop
+// that is still busy after statusWait (a long write of large values, a
+// catch-up that applies many entries, a stall of the disk) gets the Status
+// it published at the end of its last round instead: a replica that is
+// slow is not taken for a dead one by the clients' probes and by
+// `correctables status`.
 func (s *Server) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusReply, error) {
 	reply := make(chan *api.StatusReply, 1)
-	select {
-	case s.status <- reply:
-	case <-s.done:
-		return nil, toStatus(ErrStopped)
-	case <-ctx.Done():
-		return nil, toStatus(ctx.Err())
-	}
-	select {
-	case r := <-reply:
-		return r, nil
-	case <-s.done:
-		return nil, toStatus(ErrStopped)
+	wait := time.NewTimer(statusWait)
+	defer wait.Stop()
+	for sent := false; ; {
+		send := s.status
+		if sent {
+			send = nil
+		}
+		select {
+		case send <- reply:
+			sent = true
+		case r := <-reply:
+			return r, nil
+		case <-s.done:
+			return nil, toStatus(ErrStopped)
+		case <-ctx.Done():
+			return nil, toStatus(ctx.Err())
+		case <-wait.C:
+			if p := s.published.Load(); p != nil {
+				return p, nil
+			}
+		}
 	}
 }
+
+// statusWait is how long Status waits for the loop before it answers with
+// the Status published at the end of the loop's last round.
+const statusWait = 200 * time.Millisecond
 
 // exec runs f on the loop, with the replica.
 func (s *Server) exec(ctx context.Context, f func(*replica.Replica)) error {

@@ -373,3 +373,42 @@ func TestStatusReportsProgress(t *testing.T) {
 		t.Fatalf("status: applied %d, commit %d; want 0 < applied <= commit", st.GetAppliedIndex(), st.GetCommitIndex())
 	}
 }
+
+// A replica whose loop is busy (a long write of large values, a catch-up)
+// still answers Status, from the end of a recent round, so that clients'
+// probes and `correctables status` do not take it for a dead one; before,
+// Status waited for the loop and a Dial failed while a stream of 1 MiB
+// values kept the loop in its writes.
+func TestStatusWhileLoopBusy(t *testing.T) {
+	servers := startCluster(t, 1, func(uint64) Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := dial(t, servers[0].ClientAddr())
+	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("k", "v"), Final: true, Strong: true}); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	go servers[0].exec(ctx, func(*replica.Replica) { close(held); <-release })
+	<-held
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err := c.Status(sctx, &api.StatusRequest{})
+	scancel()
+	close(release)
+	if err != nil {
+		t.Fatalf("Status while the loop is busy: %v", err)
+	}
+	if st.GetId() != 1 || st.GetAppliedIndex() == 0 || st.GetLeader() != 1 {
+		t.Fatalf("published status: id %d, applied %d, leader %d; want id 1, applied > 0, leader 1", st.GetId(), st.GetAppliedIndex(), st.GetLeader())
+	}
+	// Once the loop is free again, Status is the loop's own.
+	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("k", "w"), Final: true, Strong: true}); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := c.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2.GetAppliedIndex() <= st.GetAppliedIndex() {
+		t.Fatalf("status after the loop is free: applied %d, not past %d", st2.GetAppliedIndex(), st.GetAppliedIndex())
+	}
+}
