@@ -28,6 +28,13 @@ type Options struct {
 	TailCacheBytes   int
 	// CacheSize is Pebble's block cache in bytes. Default 8 MiB.
 	CacheSize int64
+	// MemTableSize is the steady-state size of Pebble's memtable in bytes
+	// (it starts at 256 KiB and doubles while writes fill it). Default
+	// 32 MiB, where Pebble's own is 4 MiB: most log entries and persisted
+	// operations are deleted (log truncation after a snapshot, operations
+	// once replicated) before a larger memtable is flushed, so they are
+	// never written to tables and compacted.
+	MemTableSize uint64
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -46,6 +53,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 8 << 20
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 32 << 20
 	}
 }
 

@@ -85,9 +85,10 @@ func Open(opts Options) (*Store, error) {
 	var db *pebble.DB
 	err := catchFatal(func() (err error) {
 		db, err = pebble.Open(opts.Dir, &pebble.Options{
-			FS:        opts.FS,
-			Logger:    pebbleLogger{opts.Logger},
-			CacheSize: opts.CacheSize,
+			FS:           opts.FS,
+			Logger:       pebbleLogger{opts.Logger},
+			CacheSize:    opts.CacheSize,
+			MemTableSize: opts.MemTableSize,
 		})
 		return err
 	})
