@@ -1,9 +1,11 @@
 package driver
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -39,6 +41,9 @@ type Replica interface {
 // DefaultMaxReadies is Config.MaxReadies's default.
 const DefaultMaxReadies = 1024
 
+// DefaultCompactMarginBytes is Config.CompactMarginBytes's default.
+const DefaultCompactMarginBytes = 64 << 20
+
 // Config configures a Driver.
 type Config struct {
 	Replica Replica
@@ -53,6 +58,13 @@ type Config struct {
 	// so that a follower a little behind catches up from the log rather
 	// than from a snapshot.
 	CompactMargin uint64
+	// CompactMarginBytes bounds the same margin by the bytes of the
+	// entries' data: the log behind a snapshot keeps at most CompactMargin
+	// entries and at most about CompactMarginBytes bytes, so that large
+	// entries (values of a MiB) do not keep a thousand MiB of log on disk
+	// and in the storage's compactions. A follower further behind gets a
+	// snapshot. Default DefaultCompactMarginBytes.
+	CompactMarginBytes uint64
 	// Logger receives snapshot lines. Default slog.Default().
 	Logger *slog.Logger
 	// Observe, if set, is told what each round did (for metrics).
@@ -83,7 +95,17 @@ type Round struct {
 type Driver struct {
 	cfg    Config
 	capped bool // the MaxReadies warning was logged
+	// persisted counts the bytes of entry data written since the driver
+	// started, and marks says, after each Save with entries, the index of
+	// its last entry and persisted then (indexes increasing), for the
+	// byte bound on the compaction margin.
+	persisted uint64
+	marks     []mark
+	base      uint64 // persisted at the last mark dropped (0: none)
 }
+
+// mark is the count of entry bytes persisted once the entry at index was.
+type mark struct{ index, persisted uint64 }
 
 // New returns a driver.
 func New(cfg Config) (*Driver, error) {
@@ -98,6 +120,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.MaxReadies == 0 {
 		cfg.MaxReadies = DefaultMaxReadies
+	}
+	if cfg.CompactMarginBytes == 0 {
+		cfg.CompactMarginBytes = DefaultCompactMarginBytes
 	}
 	return &Driver{cfg: cfg}, nil
 }
@@ -147,6 +172,7 @@ func (d *Driver) HandleReady() error {
 				return fmt.Errorf("driver: persisting: %w", err)
 			}
 			round.Save += time.Since(start)
+			d.markEntries(rd.Entries)
 			round.Saves++
 			round.Entries += len(rd.Entries)
 			round.OwnOps += len(rd.Persist)
@@ -181,9 +207,11 @@ func (d *Driver) snapshot(req *replica.SnapshotRequest) error {
 		}
 		return fmt.Errorf("driver: snapshot at %d: %w", req.Index, err)
 	}
-	if m := d.cfg.CompactMargin; req.Index > m {
-		if err := st.Compact(req.Index - m); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			return fmt.Errorf("driver: compacting to %d: %w", req.Index-m, err)
+	// A follower further behind than the state's size is better served by
+	// the snapshot than by the log: the bytes' margin is never below it.
+	if to := d.compactTo(req.Index, max(d.cfg.CompactMarginBytes, uint64(len(req.Data)))); to > 0 {
+		if err := st.Compact(to); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("driver: compacting to %d: %w", to, err)
 		}
 	}
 	if err := st.TruncateOwn(req.OwnCommitted); err != nil {
@@ -191,4 +219,51 @@ func (d *Driver) snapshot(req *replica.SnapshotRequest) error {
 	}
 	d.cfg.Logger.Info("snapshot", "index", req.Index, "bytes", len(req.Data))
 	return nil
+}
+
+// markEntries records the bytes of the entries just persisted. Entries
+// that replace a suffix of the log (a new leader's) drop the marks of what
+// they replace.
+func (d *Driver) markEntries(ents []*raftpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	first := ents[0].GetIndex()
+	for len(d.marks) > 0 && d.marks[len(d.marks)-1].index >= first {
+		d.marks = d.marks[:len(d.marks)-1]
+	}
+	for _, e := range ents {
+		d.persisted += uint64(len(e.GetData()))
+	}
+	d.marks = append(d.marks, mark{index: ents[len(ents)-1].GetIndex(), persisted: d.persisted})
+}
+
+// compactTo returns the index to compact the log to after a snapshot at
+// index (0: none): CompactMargin entries behind it, or fewer when those
+// hold more than marginBytes of data, as far as the marks of this run tell
+// (after a restart only the entries' bound applies until the marks cover
+// the margin). The marks are per Save, so the bytes' bound is as fine as
+// the batches persisted.
+func (d *Driver) compactTo(index, marginBytes uint64) uint64 {
+	var to uint64
+	if m := d.cfg.CompactMargin; index > m {
+		to = index - m
+	}
+	byIndex := func(m mark, x uint64) int { return cmp.Compare(m.index, x) }
+	// at: the bytes persisted up to index (the last mark at or before it).
+	if i, _ := slices.BinarySearchFunc(d.marks, index+1, byIndex); i > 0 {
+		if at := d.marks[i-1].persisted; at-d.base > marginBytes {
+			// The first mark after which the entries up to index fit.
+			j, _ := slices.BinarySearchFunc(d.marks[:i], at-marginBytes, func(m mark, x uint64) int { return cmp.Compare(m.persisted, x) })
+			if d.marks[j].index > to {
+				to = d.marks[j].index
+			}
+		}
+	}
+	// Marks at or before the compaction point are no longer needed.
+	if k, _ := slices.BinarySearchFunc(d.marks, to+1, byIndex); k > 0 {
+		d.base = d.marks[k-1].persisted
+		d.marks = slices.Delete(d.marks, 0, k)
+	}
+	return to
 }
