@@ -32,6 +32,8 @@ type loadFlags struct {
 	seed                               uint64
 	csv, endpoints, serverPIDs, peer   string
 	inProcess                          bool
+	// etcdCompaction is the peer's periodic auto-compaction retention.
+	etcdCompaction time.Duration
 	// CPQ mode's policy, and the Γ estimate.
 	cpqP, cpqWriteP float64
 	readDelay       time.Duration
@@ -90,6 +92,12 @@ func (f loadFlags) plan() (*loadPlan, error) {
 	case "", "none", "etcd":
 	default:
 		return nil, fmt.Errorf("--peer %q: want etcd (or none)", f.peer)
+	}
+	switch {
+	case f.etcdCompaction < 0 || (f.etcdCompaction > 0 && f.etcdCompaction < time.Second):
+		return nil, fmt.Errorf("--etcd-auto-compaction %v: want 0 (none) or at least 1s", f.etcdCompaction)
+	case f.etcdCompaction > 0 && f.peer != "etcd":
+		return nil, errors.New("--etcd-auto-compaction needs --peer etcd")
 	}
 	p.cpq = client.CPQConfig{ReadP: f.cpqP, WriteP: f.cpqWriteP, ReadDelay: f.readDelay, Seed: f.seed}
 	if _, err := client.NewCPQ(p.cpq); err != nil {
@@ -165,6 +173,9 @@ running cluster (server CPU and RSS only with --server-pids).
 process per member, fsync on) and runs every row against it too, right
 after ours: strong reads are linearizable Gets, weak reads serializable
 Gets, writes Puts in every mode. Our rows then show their ratios to etcd's.
+etcd runs with its defaults, which keep every revision of every key; over
+a long stream of large values give it --etcd-auto-compaction (as etcd's
+operators do), or it fills its 2 GiB quota and refuses writes.
 
   correctables bench load --peer etcd --workload w --modes strong,weak --concurrency 16,64,256`,
 		Args: cobra.NoArgs,
@@ -209,6 +220,7 @@ Gets, writes Puts in every mode. Our rows then show their ratios to etcd's.
 	fl.StringVar(&f.endpoints, "endpoints", "", "run against this running cluster (comma-separated host:port)")
 	fl.StringVar(&f.serverPIDs, "server-pids", "", "with --endpoints: the servers' process ids, to report their CPU and RSS")
 	fl.StringVar(&f.peer, "peer", "", "also run every row against a three-member etcd cluster: etcd")
+	fl.DurationVar(&f.etcdCompaction, "etcd-auto-compaction", 0, "with --peer etcd: etcd's periodic auto-compaction retention, e.g. 10s (0: none, etcd's default)")
 	fl.BoolVar(&f.inProcess, "in-process", false, "run our cluster in this process (internal/cluster) instead of three serve processes")
 	fl.Float64Var(&f.cpqP, "cpq", 0, "mode cpq: probability that a read runs at the strong level (CPQ §1)")
 	fl.Float64Var(&f.cpqWriteP, "cpq-write", -1, "mode cpq: probability that an update runs at the strong level (default: --cpq)")
@@ -282,7 +294,7 @@ func runLoad(ctx context.Context, out, progress io.Writer, p *loadPlan) error {
 		fmt.Fprintf(progress, "starting three etcd members\n")
 		et := &target{procs: &children{}, note: "3 etcd member processes"}
 		defer et.procs.stop()
-		eps, err := startEtcdProcs(ctx, et.procs, dir)
+		eps, err := startEtcdProcs(ctx, et.procs, dir, p.f.etcdCompaction)
 		if err != nil {
 			return fmt.Errorf("starting etcd: %w", err)
 		}
@@ -499,6 +511,7 @@ func newEtcdMemberCmd() *cobra.Command {
 	f.StringVar(&m.PeerURL, "peer-url", "", "peer URL (http://127.0.0.1:PORT)")
 	f.StringVar(&m.InitialCluster, "initial-cluster", "", "every member as NAME=PEER-URL, comma-separated")
 	f.StringVar(&m.LogLevel, "log-level", "error", "etcd log level")
+	f.DurationVar(&m.AutoCompaction, "auto-compaction", 0, "periodic auto-compaction with this retention (0: none, etcd's default)")
 	return cmd
 }
 

@@ -250,7 +250,7 @@ func waitCorrectablesLeader(ctx context.Context, eps []string, cs *children) err
 // startEtcdProcs starts a three-member etcd cluster, one `bench etcd-member`
 // process of this binary per member, on loopback, data under dir, and waits
 // until a linearizable read succeeds.
-func startEtcdProcs(ctx context.Context, cs *children, dir string) ([]string, error) {
+func startEtcdProcs(ctx context.Context, cs *children, dir string, autoCompaction time.Duration) ([]string, error) {
 	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
@@ -265,7 +265,8 @@ func startEtcdProcs(ctx context.Context, cs *children, dir string) ([]string, er
 		name := fmt.Sprintf("etcd%d", i+1)
 		data := filepath.Join(dir, name)
 		if _, err := cs.start(ctx, name, data+".log", "bench", "etcd-member", "--name", name, "--data-dir", data,
-			"--client-url", clientURLs[i], "--peer-url", peerURLs[i], "--initial-cluster", strings.Join(initial, ",")); err != nil {
+			"--client-url", clientURLs[i], "--peer-url", peerURLs[i], "--initial-cluster", strings.Join(initial, ","),
+			"--auto-compaction", autoCompaction.String()); err != nil {
 			return nil, err
 		}
 	}

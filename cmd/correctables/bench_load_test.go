@@ -26,6 +26,8 @@ func TestBenchLoadBadFlags(t *testing.T) {
 		{[]string{"--duration", "0s"}, "--duration"},
 		{[]string{"--warmup", "-1s"}, "--warmup"},
 		{[]string{"--peer", "redis"}, "--peer"},
+		{[]string{"--etcd-auto-compaction", "10s"}, "needs --peer etcd"},
+		{[]string{"--peer", "etcd", "--etcd-auto-compaction", "10ms"}, "at least 1s"},
 		{[]string{"--endpoints", "127.0.0.1:1", "--in-process"}, "exclude each other"},
 		{[]string{"--endpoints", " , "}, "no address"},
 		{[]string{"--server-pids", "1"}, "goes with --endpoints"},

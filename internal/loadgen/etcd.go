@@ -106,7 +106,7 @@ func (b *byteCounter) HandleConn(context.Context, stats.ConnStats) {}
 
 // EtcdMember configures one member of an etcd cluster run with
 // go.etcd.io/etcd/server/v3/embed, with etcd's defaults otherwise (fsync on,
-// no auto-compaction).
+// no auto-compaction unless AutoCompaction is set).
 type EtcdMember struct {
 	Name, Dir          string
 	ClientURL, PeerURL string
@@ -117,6 +117,12 @@ type EtcdMember struct {
 	Token string
 	// LogLevel is etcd's log level (default "error"); logs go to stderr.
 	LogLevel string
+	// AutoCompaction, if positive, turns on etcd's periodic auto-compaction
+	// with this retention (--auto-compaction-mode=periodic). Without it
+	// etcd keeps every revision of every key, so a stream of large values
+	// fills its backend quota (2 GiB by default) within minutes and etcd
+	// refuses writes ("mvcc: database space exceeded").
+	AutoCompaction time.Duration
 }
 
 // StartEtcdMember starts the member and returns once it has started
@@ -156,6 +162,10 @@ func StartEtcdMember(m EtcdMember) (e *embed.Etcd, err error) {
 		cfg.LogLevel = "error"
 	}
 	cfg.LogOutputs = []string{"stderr"}
+	if m.AutoCompaction > 0 {
+		cfg.AutoCompactionMode = "periodic"
+		cfg.AutoCompactionRetention = m.AutoCompaction.String()
+	}
 	return embed.StartEtcd(cfg)
 }
 
