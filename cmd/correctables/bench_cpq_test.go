@@ -29,6 +29,9 @@ func TestBenchCPQBadFlags(t *testing.T) {
 		{[]string{"--figures", "2,ctl", "--ctl-quorum"}, "figure q"},
 		{[]string{"--change-at", "1h"}, "--change-at"},
 		{[]string{"--replica-delay", "-1ms"}, "--replica-delay"},
+		{[]string{"--replica-loss", "1.5", "--replica-loss-stall", "1ms"}, "--replica-loss 1.5"},
+		{[]string{"--replica-loss", "0.01"}, "give both or neither"},
+		{[]string{"--replica-loss-stall", "10ms"}, "give both or neither"},
 		{[]string{"--sla-stale-at", "1"}, "--sla-stale-at"},
 		{[]string{"--ctl-z", "-1"}, "--ctl-z"},
 		{[]string{"--ctl-stronger-stale", "1"}, "--ctl-stronger-stale"},
@@ -100,8 +103,23 @@ func TestCompareCPQADSkipsUnmeasuredRows(t *testing.T) {
 		t.Fatalf("comparison:\n%s", got)
 	}
 	rows[1].res.Values = 0
-	if got := compareCPQAD(rows); !strings.Contains(got, "no row of q as fresh") {
+	if got := compareCPQAD(rows); !strings.Contains(got, "no CPQ row as fresh") {
 		t.Fatalf("comparison without a measured row of q:\n%s", got)
+	}
+	// Figure 2's rows are CPQ rows too: p = 1 (strong reads and writes) is
+	// as fresh as AD 5ms and twice as fast at the p95 here (the quorum
+	// row is still unmeasured).
+	rows = append(rows, cpqRow{"2", "latest", row("p=1.00", 1, 0, 200, 0, 2, 2, 2, 15)})
+	if got := compareCPQAD(rows); !strings.Contains(got, "p=1.00 proportion 0.0000") || !strings.Contains(got, "ratio 0.50") {
+		t.Fatalf("comparison with a row of figure 2:\n%s", got)
+	}
+	// A longer delay that is no fresher than a shorter one is not compared:
+	// AD 50ms would show a flattering ratio where AD 5ms is as fresh.
+	rows = append(rows, cpqRow{"3", "latest", row("AD 50ms", 0, 50*time.Millisecond, 200, 0, 51, 51, 51, 52)})
+	got = compareCPQAD(rows)
+	if !strings.Contains(got, "AD 50ms   proportion 0.0000, read p95 52.031ms: AD 5ms is as fresh (0.0000) with a shorter delay; no comparison") ||
+		!strings.Contains(got, "ratio 0.50") {
+		t.Fatalf("comparison with a dominated AD row:\n%s", got)
 	}
 }
 

@@ -50,6 +50,13 @@ type Options struct {
 	// at most netem.MaxLatency less the link's own; SetReplicationDelay
 	// changes it while the cluster runs. Empty: no delay (the default).
 	ReplicationDelay map[uint64]time.Duration
+	// ReplicationLoss and ReplicationLossStall emulate packet loss on the
+	// delayed links (netem.Config.Loss, LossStall): each burst of messages
+	// towards a delayed replica is held LossStall longer with probability
+	// ReplicationLoss, and what follows on the link waits behind it, as
+	// TCP shows a lost segment. Zero: no loss.
+	ReplicationLoss      float64
+	ReplicationLossStall time.Duration
 	// Jitter, with WAN, spreads the one-way delay of every link between
 	// two distinct regions uniformly over [RTT/2-Jitter, RTT/2+Jitter]
 	// (netem.Config.Jitter; bytes are never reordered), as the delay of a
@@ -326,7 +333,8 @@ func (c *Cluster) delayPeers(listen []string) error {
 				continue
 			}
 			base := c.RTT(uint64(i+1), id) / 2
-			p, err := netem.NewProxy(listen[id-1], netem.Config{Latency: base, MaxChunksInFlight: 1 << 14})
+			p, err := netem.NewProxy(listen[id-1], netem.Config{Latency: base, MaxChunksInFlight: 1 << 14,
+				Loss: c.opts.ReplicationLoss, LossStall: c.opts.ReplicationLossStall, Seed: id<<8 | uint64(i+1)})
 			if err != nil {
 				return fmt.Errorf("cluster: delayed link %d -> %d: %w", i+1, id, err)
 			}

@@ -76,6 +76,16 @@ type Config struct {
 	// connection are never reordered: a chunk is never due before the chunk
 	// read before it, so jitter only ever adds delay to later chunks.
 	Jitter time.Duration
+	// Loss emulates packet loss as TCP shows it to the application: each
+	// chunk is held LossStall longer with probability Loss, as a lost
+	// segment waits for its retransmission (a fast retransmit or a
+	// retransmission timeout), and, bytes never being reordered, the bytes
+	// after it wait behind it (head-of-line blocking). A chunk is what one
+	// read of the sender's bytes returns (up to ChunkSize), so the
+	// probability is per burst of writes, not per packet. Zero: no loss.
+	Loss float64
+	// LossStall is how much longer a lost chunk takes. Required with Loss.
+	LossStall time.Duration
 	// Bandwidth in bytes per second per direction, shared by every
 	// connection of the link. Zero means unlimited.
 	Bandwidth int64
@@ -128,6 +138,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	switch {
+	case !(c.Loss >= 0 && c.Loss <= 1):
+		return c, fmt.Errorf("netem: loss %v not in [0, 1]", c.Loss)
+	case c.LossStall < 0 || c.LossStall > MaxLatency:
+		return c, fmt.Errorf("netem: loss stall %v not in [0, %v]", c.LossStall, MaxLatency)
+	case c.Loss > 0 && c.LossStall == 0:
+		return c, errors.New("netem: loss without a loss stall")
 	case c.Bandwidth < 0:
 		return c, fmt.Errorf("netem: bandwidth %d B/s is negative", c.Bandwidth)
 	case c.PartitionMode != Blackhole && c.PartitionMode != Cut:
@@ -444,6 +460,9 @@ func (p *Proxy) stamp(dir, n int) time.Time {
 	if p.jitter > 0 {
 		d += time.Duration(p.rng.Int64N(2*int64(p.jitter)+1)) - p.jitter
 		d = max(d, 0)
+	}
+	if p.cfg.Loss > 0 && p.rng.Float64() < p.cfg.Loss {
+		d += p.cfg.LossStall
 	}
 	sent := now
 	if bw := p.cfg.Bandwidth; bw > 0 && n > 0 {

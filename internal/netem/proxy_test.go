@@ -468,6 +468,10 @@ func TestConfigValidation(t *testing.T) {
 		{Config{ChunkSize: 1 << 30}, "chunk size"},
 		{Config{MaxChunksInFlight: -2}, "chunks in flight"},
 		{Config{ListenAddr: "256.0.0.1:0"}, "listen"},
+		{Config{Loss: -0.1, LossStall: time.Millisecond}, "loss"},
+		{Config{Loss: 1.5, LossStall: time.Millisecond}, "loss"},
+		{Config{Loss: 0.1}, "loss stall"},
+		{Config{Loss: 0.1, LossStall: time.Hour}, "loss stall"},
 	} {
 		_, err := NewProxy("127.0.0.1:1", tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -508,4 +512,32 @@ func TestBlackholeIsBounded(t *testing.T) {
 		t.Fatalf("wrote %d of %d bytes into a blackhole, err %v; want a timeout", n, size, err)
 	}
 	t.Logf("%d bytes accepted before flow control stopped the sender", n)
+}
+
+// TestLossStallsAndKeepsOrder: a lost chunk arrives LossStall late and the
+// bytes after it wait behind it, in order; with Loss 1 every chunk is late
+// in both directions, with Loss 0.5 some round trips are clean.
+func TestLossStallsAndKeepsOrder(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	all := startProxy(t, startEcho(t).addr(), Config{Loss: 1, LossStall: stall, Seed: 1})
+	c := dial(t, all.Addr())
+	for i := range 3 {
+		if d := roundTrip(t, c, []byte{byte(i), 1, 2, 3}); d < 2*stall {
+			t.Fatalf("round trip %v with every chunk lost, want >= %v", d, 2*stall)
+		}
+	}
+	half := startProxy(t, startEcho(t).addr(), Config{Loss: 0.5, LossStall: stall, Seed: 2})
+	c = dial(t, half.Addr())
+	var clean, stalled int
+	for i := range 16 {
+		switch d := roundTrip(t, c, []byte{byte(i), 4, 5, 6}); {
+		case d < stall:
+			clean++
+		default:
+			stalled++
+		}
+	}
+	if clean == 0 || stalled == 0 {
+		t.Fatalf("with loss 0.5: %d clean and %d stalled round trips of 16, want some of each", clean, stalled)
+	}
 }
