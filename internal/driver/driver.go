@@ -201,6 +201,7 @@ func (d *Driver) HandleReady() error {
 // snapshot stores a snapshot the replica asked for and compacts behind it.
 func (d *Driver) snapshot(req *replica.SnapshotRequest) error {
 	st := d.cfg.Storage
+	start := time.Now()
 	if _, err := st.CreateSnapshot(req.Index, req.ConfState, req.Data); err != nil {
 		if errors.Is(err, raft.ErrSnapOutOfDate) {
 			return nil
@@ -209,7 +210,8 @@ func (d *Driver) snapshot(req *replica.SnapshotRequest) error {
 	}
 	// A follower further behind than the state's size is better served by
 	// the snapshot than by the log: the bytes' margin is never below it.
-	if to := d.compactTo(req.Index, max(d.cfg.CompactMarginBytes, uint64(len(req.Data)))); to > 0 {
+	to := d.compactTo(req.Index, max(d.cfg.CompactMarginBytes, uint64(len(req.Data))))
+	if to > 0 {
 		if err := st.Compact(to); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return fmt.Errorf("driver: compacting to %d: %w", to, err)
 		}
@@ -217,7 +219,7 @@ func (d *Driver) snapshot(req *replica.SnapshotRequest) error {
 	if err := st.TruncateOwn(req.OwnCommitted); err != nil {
 		return fmt.Errorf("driver: dropping committed own operations: %w", err)
 	}
-	d.cfg.Logger.Info("snapshot", "index", req.Index, "bytes", len(req.Data))
+	d.cfg.Logger.Info("snapshot", "index", req.Index, "bytes", len(req.Data), "compacted_to", to, "took", time.Since(start).Round(time.Microsecond))
 	return nil
 }
 
@@ -229,8 +231,18 @@ func (d *Driver) markEntries(ents []*raftpb.Entry) {
 		return
 	}
 	first := ents[0].GetIndex()
-	for len(d.marks) > 0 && d.marks[len(d.marks)-1].index >= first {
-		d.marks = d.marks[:len(d.marks)-1]
+	if n := len(d.marks); n > 0 && d.marks[n-1].index >= first {
+		for len(d.marks) > 0 && d.marks[len(d.marks)-1].index >= first {
+			d.marks = d.marks[:len(d.marks)-1]
+		}
+		// The replaced entries' bytes are no longer in the log. What the
+		// dropped batches held before first is not known either, so count
+		// from the last mark kept: the log counts fewer bytes than it
+		// holds, which keeps more of it, never less.
+		d.persisted = d.base
+		if n := len(d.marks); n > 0 {
+			d.persisted = d.marks[n-1].persisted
+		}
 	}
 	for _, e := range ents {
 		d.persisted += uint64(len(e.GetData()))

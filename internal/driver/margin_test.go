@@ -72,11 +72,23 @@ func TestCompactMarginMarks(t *testing.T) {
 	}
 	// A new leader replaced 1990..2000 with small entries, up to 2100.
 	d.markEntries(entries(1990, 2100, 100))
-	// Up to 2000: 1,989 MiB of the old leader's entries (the replaced ones
-	// do not count) and the new leader's, whose one mark is past 2000.
+	// Up to 2000: 1,989 MiB of the old leader's entries, and the new
+	// leader's, whose one mark is past 2000.
 	if got, want := d.compactTo(2000, 64*mib), uint64(1989-64); got != want {
 		t.Fatalf("compactTo(2000) = %d, want %d", got, want)
 	}
+	// A deposed leader's uncommitted 1 MiB entries, replaced by small
+	// ones: their bytes leave the count, so the next snapshot keeps about
+	// 64 MiB of log, not none.
+	d2 := newMarginDriver(t, 1000, 64*mib)
+	for i := uint64(1); i <= 2100; i++ {
+		d2.markEntries(entries(i, i, mib))
+	}
+	d2.markEntries(entries(2001, 2100, 100))
+	if got := d2.compactTo(2100, 64*mib); got < 2000-64 || got > 2000-60 {
+		t.Fatalf("after 100 MiB of entries were replaced by small ones: compactTo(2100) = %d, want about %d", got, 2000-64)
+	}
+
 	restarted := newMarginDriver(t, 1000, 64*mib)
 	if got, want := restarted.compactTo(2000, 64*mib), uint64(1000); got != want {
 		t.Fatalf("after a restart: compactTo(2000) = %d, want %d", got, want)
