@@ -13,3 +13,11 @@ const DrainingMarker = "draining before its removal from the cluster"
 // issued before the crash). It refused the update before running it;
 // another replica may take it now, and this one shortly.
 const FencedMarker = "restarted, and catching up with its cluster before it takes updates"
+
+// RefusedMarker is in the message of every ResourceExhausted status a
+// replica answers a client operation with when it refused the operation
+// before running any of it (too many operations in flight, the restart
+// fence): a client may send that operation, an update too, to another
+// replica. A ResourceExhausted without it (gRPC's own, e.g. a reply larger
+// than the client accepts) says nothing about whether the operation ran.
+const RefusedMarker = "refused before running it"

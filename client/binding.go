@@ -113,7 +113,7 @@ func toLevelSet(ls []correctable.Level) (levelSet, error) {
 // view only at the leader, see leaderFirst), failing over to the next
 // one on Unavailable as long as that cannot run op twice: before any view
 // arrived, and, for an update, only if its request never left the client;
-// and on a refusal (Overloaded), which ran nothing.
+// and on a replica's refusal before running it (api.RefusedMarker).
 func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, weak bool, emit correctable.Emitter[Result]) error {
 	start := time.Now()
 	c.stats.ops.Add(1)
@@ -211,11 +211,11 @@ func (c *Client) runRoute(ctx context.Context, op Op, req *api.InvokeRequest, ls
 			return false, fmt.Errorf("client: %v at %s: %w", op, e.addr, ErrClosed)
 		}
 		err = fmt.Errorf("client: %v at %s: %w", op, e.addr, err)
-		if errors.Is(err, ErrOverloaded) && !viewed {
-			// Refused (ResourceExhausted): the replica ran nothing, so
-			// another may take the operation now, e.g. when this one has
-			// just restarted and is catching up with its cluster. The
-			// endpoint stays up.
+		if refusedUnrun(err) && !viewed {
+			// Refused before running (ResourceExhausted with
+			// api.RefusedMarker): another replica may take the operation
+			// now, e.g. when this one has just restarted and is catching
+			// up with its cluster. The endpoint stays up.
 			fenced = fenced && refusedFenced(err)
 			errs = append(errs, err)
 			continue

@@ -22,3 +22,13 @@ func refusedDraining(err error) bool {
 func refusedFenced(err error) bool {
 	return errors.Is(err, ErrOverloaded) && strings.Contains(err.Error(), api.FencedMarker)
 }
+
+// refusedUnrun reports whether err is a replica's refusal of an operation
+// before running it (ResourceExhausted carrying api.RefusedMarker: too
+// many operations in flight, or the restart fence), which another replica
+// may take. gRPC's own ResourceExhausted (a message over a size limit, which
+// the client may raise after the replica ran the operation) carries no
+// marker and is not one.
+func refusedUnrun(err error) bool {
+	return errors.Is(err, ErrOverloaded) && strings.Contains(err.Error(), api.RefusedMarker)
+}

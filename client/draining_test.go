@@ -45,7 +45,7 @@ func TestFailoverFromDrainingReplica(t *testing.T) {
 // endpoint stays in the route. With every endpoint refusing, the
 // operation fails with ErrOverloaded.
 func TestFailoverFromRefusingReplica(t *testing.T) {
-	near := &fakeStore{id: 1, fail: status.Error(codes.ResourceExhausted, "replica: restarted, and catching up with its cluster before it takes updates")}
+	near := &fakeStore{id: 1, fail: status.Error(codes.ResourceExhausted, "replica: "+api.FencedMarker+" ("+api.RefusedMarker+")")}
 	far := &fakeStore{id: 2, prelim: resB, delay: 300 * time.Millisecond} // ranked second, as above
 	nearAddr, _ := serve(t, near)
 	farAddr, _ := serve(t, far)
@@ -65,12 +65,31 @@ func TestFailoverFromRefusingReplica(t *testing.T) {
 		t.Errorf("Stats = %+v, want 3 failovers, none failed", st)
 	}
 
-	other := &fakeStore{id: 3, fail: status.Error(codes.ResourceExhausted, "replica: too many operations in flight"), delay: 300 * time.Millisecond}
+	other := &fakeStore{id: 3, fail: status.Error(codes.ResourceExhausted, "replica: too many operations in flight ("+api.RefusedMarker+")"), delay: 300 * time.Millisecond}
 	otherAddr, _ := serve(t, other)
 	c2 := dial(t, []string{nearAddr, otherAddr})
 	_, err := final(t, c2.Put(t.Context(), "k", []byte("v"), correctable.Eventual))
 	if !errors.Is(err, client.ErrOverloaded) || !strings.Contains(err.Error(), nearAddr) || !strings.Contains(err.Error(), otherAddr) {
 		t.Fatalf("every endpoint refusing: err = %v, want ErrOverloaded naming both endpoints", err)
+	}
+}
+
+// A ResourceExhausted without api.RefusedMarker is gRPC's own (a message
+// over a size limit, which the client raises after the replica ran the
+// operation): an update is not sent to another replica, where it would
+// run twice.
+func TestNoFailoverOnUnmarkedResourceExhausted(t *testing.T) {
+	near := &fakeStore{id: 1, fail: status.Error(codes.ResourceExhausted, "grpc: received message larger than max (65600 vs. 1024)")}
+	far := &fakeStore{id: 2, prelim: resB, delay: 300 * time.Millisecond}
+	nearAddr, _ := serve(t, near)
+	farAddr, _ := serve(t, far)
+	c := dial(t, []string{nearAddr, farAddr})
+	_, err := final(t, c.Put(t.Context(), "k", []byte("v"), correctable.Eventual))
+	if !errors.Is(err, client.ErrOverloaded) {
+		t.Fatalf("err = %v, want ErrOverloaded", err)
+	}
+	if n := len(far.requests()); n != 0 {
+		t.Fatalf("the next replica got %d requests, want 0: the update may have run at the first", n)
 	}
 }
 
@@ -81,7 +100,7 @@ func TestFailoverFromRefusingReplica(t *testing.T) {
 func TestRetryWhileEveryReplicaIsFenced(t *testing.T) {
 	var refusals atomic.Int32
 	refusals.Store(4)
-	fencedErr := status.Error(codes.ResourceExhausted, "replica: "+api.FencedMarker)
+	fencedErr := status.Error(codes.ResourceExhausted, "replica: "+api.FencedMarker+" ("+api.RefusedMarker+")")
 	f := &fakeStore{id: 1, script: func(req *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {
 		if refusals.Add(-1) >= 0 {
 			return fencedErr
@@ -97,7 +116,7 @@ func TestRetryWhileEveryReplicaIsFenced(t *testing.T) {
 		t.Errorf("requests = %d, want 5 (4 refused, then taken)", n)
 	}
 
-	busy := &fakeStore{id: 2, fail: status.Error(codes.ResourceExhausted, "replica: too many operations in flight")}
+	busy := &fakeStore{id: 2, fail: status.Error(codes.ResourceExhausted, "replica: too many operations in flight ("+api.RefusedMarker+")")}
 	busyAddr, _ := serve(t, busy)
 	c2 := dial(t, []string{busyAddr})
 	if _, err := final(t, c2.Put(t.Context(), "k", []byte("v"), correctable.Eventual)); !errors.Is(err, client.ErrOverloaded) {

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/replica"
 )
 
@@ -54,6 +55,11 @@ func toStatus(err error) error {
 	}
 	for _, e := range statusTable {
 		if errors.Is(err, e.err) {
+			if e.code == codes.ResourceExhausted {
+				// Every refusal of the table ran nothing: say so, so that
+				// the client may try another replica (api.RefusedMarker).
+				return status.Error(e.code, err.Error()+" ("+api.RefusedMarker+")")
+			}
 			return status.Error(e.code, err.Error())
 		}
 	}

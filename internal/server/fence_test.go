@@ -25,6 +25,12 @@ func TestFencedReplicaSendsUpdatesElsewhere(t *testing.T) {
 	if !strings.Contains(toStatus(replica.ErrFenced).Error(), api.FencedMarker) {
 		t.Fatalf("the fence's status %q lacks api.FencedMarker %q", toStatus(replica.ErrFenced), api.FencedMarker)
 	}
+	// Every refusal before running says so, for the client's failover.
+	for _, err := range []error{replica.ErrFenced, replica.ErrBusy, ErrOverloaded} {
+		if st := toStatus(err); status.Code(st) != codes.ResourceExhausted || !strings.Contains(st.Error(), api.RefusedMarker) {
+			t.Fatalf("the status of %v is %q: want ResourceExhausted with api.RefusedMarker", err, st)
+		}
+	}
 	hour := func(_ uint64, c *Config) { c.BusyWait = time.Hour }
 	pc := startPebbleCluster(t, 3, hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

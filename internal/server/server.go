@@ -224,7 +224,7 @@ type Server struct {
 	catchingUp    bool
 	// published is the Status of the end of a recent loop round, for a
 	// Status the loop is too busy to answer (Status, publishStatus).
-	published atomic.Pointer[api.StatusReply]
+	published atomic.Pointer[publishedStatus]
 
 	inflight chan struct{}    // semaphore of client requests
 	peers    map[uint64]*peer // owned by the loop once it runs
@@ -348,7 +348,7 @@ func (s *Server) Start() error {
 		s.grpcPeer = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage)}, creds...)...)
 		api.RegisterPeerServer(s.grpcPeer, s)
 	}
-	s.published.Store(s.statusReply())
+	s.publishStatus()
 	s.started.Store(true)
 	s.startPeers() // before the loop, which owns s.peers from then on
 	s.wg.Add(1)
@@ -467,7 +467,7 @@ func (s *Server) loop() {
 		}
 		s.unpark()
 		s.logCatchUp()
-		s.published.Store(s.statusReply())
+		s.publishStatus()
 		if err := s.syncMembers(); err != nil {
 			// Removed from the cluster (syncMembers logged it).
 			s.loopErr = err
@@ -783,16 +783,34 @@ func (s *Server) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusR
 		case <-ctx.Done():
 			return nil, toStatus(ctx.Err())
 		case <-wait.C:
-			if p := s.published.Load(); p != nil {
-				return p, nil
+			if p := s.published.Load(); p != nil && time.Since(p.at) <= statusStale {
+				return p.reply, nil
 			}
 		}
 	}
 }
 
 // statusWait is how long Status waits for the loop before it answers with
-// the Status published at the end of the loop's last round.
-const statusWait = 200 * time.Millisecond
+// the Status published at the end of the loop's last round; statusStale is
+// how old that may be. A loop stuck for longer (a disk that stopped
+// answering) answers no Status at all, as before the loop publishes, so
+// that clients' probes mark the replica down.
+const (
+	statusWait  = 200 * time.Millisecond
+	statusStale = 5 * time.Second
+)
+
+// publishedStatus is a Status and when the loop published it.
+type publishedStatus struct {
+	reply *api.StatusReply
+	at    time.Time
+}
+
+// publishStatus publishes the replica's current Status for Status calls
+// the loop is too busy to answer. Only the loop calls it, once running.
+func (s *Server) publishStatus() {
+	s.published.Store(&publishedStatus{reply: s.statusReply(), at: time.Now()})
+}
 
 // exec runs f on the loop, with the replica.
 func (s *Server) exec(ctx context.Context, f func(*replica.Replica)) error {

@@ -393,9 +393,20 @@ func TestStatusWhileLoopBusy(t *testing.T) {
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	st, err := c.Status(sctx, &api.StatusRequest{})
 	scancel()
-	close(release)
 	if err != nil {
+		close(release)
 		t.Fatalf("Status while the loop is busy: %v", err)
+	}
+	// A published status older than statusStale is not served: a loop
+	// stuck that long answers no Status, and probes mark it down.
+	p := servers[0].published.Load()
+	servers[0].published.Store(&publishedStatus{reply: p.reply, at: p.at.Add(-2 * statusStale)})
+	sctx, scancel = context.WithTimeout(ctx, time.Second)
+	_, err = c.Status(sctx, &api.StatusRequest{})
+	scancel()
+	close(release)
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Status with the loop stuck past statusStale: %v, want DeadlineExceeded", err)
 	}
 	if st.GetId() != 1 || st.GetAppliedIndex() == 0 || st.GetLeader() != 1 {
 		t.Fatalf("published status: id %d, applied %d, leader %d; want id 1, applied > 0, leader 1", st.GetId(), st.GetAppliedIndex(), st.GetLeader())
