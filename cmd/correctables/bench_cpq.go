@@ -780,10 +780,13 @@ func compareCPQAD(rows []cpqRow) string {
 			continue
 		}
 		// An AD row that a shorter delay matches in freshness says nothing
-		// about CPQ: the comparison is with the cheapest AD as fresh.
+		// about CPQ: the comparison is with the cheapest AD as fresh. AD 0
+		// (no delay) does not count: where it is as fresh, the delays buy
+		// nothing, and every delayed row is still compared (none then
+		// favours CPQ more than the shortest).
 		var cheaper *cpqbench.Result
 		for _, o := range rows {
-			if o.figure == "3" && o.dist == ad.dist && measured(o.res) && o.res.Row.ReadDelay < ad.res.Row.ReadDelay &&
+			if o.figure == "3" && o.dist == ad.dist && measured(o.res) && o.res.Row.ReadDelay > 0 && o.res.Row.ReadDelay < ad.res.Row.ReadDelay &&
 				o.res.Proportion() <= ad.res.Proportion() && (cheaper == nil || o.res.Row.ReadDelay < cheaper.Row.ReadDelay) {
 				cheaper = o.res
 			}

@@ -121,6 +121,11 @@ func TestCompareCPQADSkipsUnmeasuredRows(t *testing.T) {
 		!strings.Contains(got, "ratio 0.50") {
 		t.Fatalf("comparison with a dominated AD row:\n%s", got)
 	}
+	// AD 0 as fresh as every delayed row does not silence the comparison.
+	rows = append(rows, cpqRow{"3", "latest", row("AD 0s", 0, 0, 200, 0, 1, 1, 1, 2)})
+	if got := compareCPQAD(rows); !strings.Contains(got, "AD 5ms    proportion 0.0000, read p95 30.015ms; p=1.00") {
+		t.Fatalf("comparison with an AD 0 row as fresh:\n%s", got)
+	}
 }
 
 // The SLA is derived from the levels the controller tunes between: figure
