@@ -33,7 +33,12 @@ func TestFetchAds(t *testing.T) {
 	if err := s.UpdateProfile(ctx, 0, "1,2"); err != nil {
 		t.Fatal(err)
 	}
-	settle(ctx, t, c.Endpoints, b, d.Users)
+	// Every replica has every profile: no preliminary view is stale.
+	var profiles []string
+	for uid := range d.Users {
+		profiles = append(profiles, ads.ProfileKey(uid))
+	}
+	exampletest.Settle(ctx, t, c.Endpoints, b, profiles)
 	check := func(s *ads.Server) {
 		t.Helper()
 		for uid := range d.Users {
@@ -85,39 +90,5 @@ func TestFetchAds(t *testing.T) {
 	}
 	if got.Rerun == 0 || got.Speculations != uint64(d.Users)+got.Rerun || got.Aborted > got.Rerun {
 		t.Fatalf("stale preliminary views: stats %+v: want each wrong speculation aborted and re-run", got)
-	}
-}
-
-// settle waits until every replica's weak read of every profile returns
-// the profile's final value. A strong put returns once a majority has
-// committed it; the third replica applies it a moment later, and until
-// then a preliminary view there is stale and a speculation on it is re-run
-// (correct, and counted: seen once on a loaded machine), which the first
-// check of TestFetchAds does not expect.
-func settle(ctx context.Context, t *testing.T, endpoints []string, b store.Binding, users int) {
-	t.Helper()
-	for _, ep := range endpoints {
-		at := exampletest.Binding(t, []string{ep})
-		weak := at.Levels()[0]
-		for uid := range users {
-			want, err := store.Final(ctx, b, store.Get(ads.ProfileKey(uid)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for {
-				v, err := store.Read(ctx, at, ads.ProfileKey(uid), weak).Final(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if string(v.Value.Value) == string(want.Value) {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					t.Fatalf("replica %s: profile %d still %q, want %q", ep, uid, v.Value.Value, want.Value)
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-		}
 	}
 }

@@ -32,6 +32,12 @@ func TestTimeline(t *testing.T) {
 	if err := a.Post(ctx, "a,b", "bad id", []int{0}); err == nil {
 		t.Fatal("tweet id with a comma accepted")
 	}
+	// Every replica has every timeline: no preliminary view is stale.
+	var timelines []string
+	for u := range d.Users {
+		timelines = append(timelines, timeline.TimelineKey(u))
+	}
+	exampletest.Settle(ctx, t, c.Endpoints, b, timelines)
 	check := func(a *timeline.App) {
 		t.Helper()
 		for u := range d.Users {

@@ -82,3 +82,37 @@ func (s staleBinding) Submit(ctx context.Context, op store.Op, levels []correcta
 		return emit(v)
 	})
 }
+
+// Settle waits until every replica's weak read of every key returns the
+// key's final value (read through b). A strong update returns once a
+// majority has committed it; the third replica applies it a moment later,
+// and until then a preliminary view there is stale and a speculation on it
+// is re-run: correct, and counted, which a test that expects no re-run on
+// a settled cluster must wait out.
+func Settle(ctx context.Context, t testing.TB, endpoints []string, b store.Binding, keys []string) {
+	t.Helper()
+	for _, ep := range endpoints {
+		at := Binding(t, []string{ep})
+		weak := at.Levels()[0]
+		for _, key := range keys {
+			want, err := store.Final(ctx, b, store.Get(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				v, err := store.Read(ctx, at, key, weak).Final(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(v.Value.Value) == string(want.Value) {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatalf("replica %s: %s still %q, want %q", ep, key, v.Value.Value, want.Value)
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+	}
+}
