@@ -25,6 +25,9 @@ func TestClientBindingAndConfirmations(t *testing.T) {
 	if _, err := store.Final(ctx, b, store.Put("k", value)); err != nil {
 		t.Fatal(err)
 	}
+	// Every replica has the value: the preliminary view has it wherever
+	// the nearest replica is.
+	exampletest.Settle(ctx, t, c.Endpoints, b, []string{"k"})
 	for _, tc := range []struct {
 		name      string
 		cl        *client.Client
