@@ -107,6 +107,8 @@ type Driver struct {
 // mark is the count of entry bytes persisted once the entry at index was.
 type mark struct{ index, persisted uint64 }
 
+func byMarkIndex(m mark, index uint64) int { return cmp.Compare(m.index, index) }
+
 // New returns a driver.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Replica == nil || cfg.Storage == nil || cfg.Send == nil || cfg.Deliver == nil {
@@ -230,18 +232,15 @@ func (d *Driver) markEntries(ents []*raftpb.Entry) {
 	if len(ents) == 0 {
 		return
 	}
-	first := ents[0].GetIndex()
-	if n := len(d.marks); n > 0 && d.marks[n-1].index >= first {
-		for len(d.marks) > 0 && d.marks[len(d.marks)-1].index >= first {
-			d.marks = d.marks[:len(d.marks)-1]
-		}
+	if k, _ := slices.BinarySearchFunc(d.marks, ents[0].GetIndex(), byMarkIndex); k < len(d.marks) {
 		// The replaced entries' bytes are no longer in the log. What the
-		// dropped batches held before first is not known either, so count
-		// from the last mark kept: the log counts fewer bytes than it
-		// holds, which keeps more of it, never less.
+		// dropped batches held before the first entry is not known either,
+		// so count from the last mark kept: the log counts fewer bytes
+		// than it holds, which keeps more of it, never less.
+		d.marks = d.marks[:k]
 		d.persisted = d.base
-		if n := len(d.marks); n > 0 {
-			d.persisted = d.marks[n-1].persisted
+		if k > 0 {
+			d.persisted = d.marks[k-1].persisted
 		}
 	}
 	for _, e := range ents {
@@ -261,9 +260,8 @@ func (d *Driver) compactTo(index, marginBytes uint64) uint64 {
 	if m := d.cfg.CompactMargin; index > m {
 		to = index - m
 	}
-	byIndex := func(m mark, x uint64) int { return cmp.Compare(m.index, x) }
 	// at: the bytes persisted up to index (the last mark at or before it).
-	if i, _ := slices.BinarySearchFunc(d.marks, index+1, byIndex); i > 0 {
+	if i, _ := slices.BinarySearchFunc(d.marks, index+1, byMarkIndex); i > 0 {
 		if at := d.marks[i-1].persisted; at-d.base > marginBytes {
 			// The first mark after which the entries up to index fit.
 			j, _ := slices.BinarySearchFunc(d.marks[:i], at-marginBytes, func(m mark, x uint64) int { return cmp.Compare(m.persisted, x) })
@@ -273,7 +271,7 @@ func (d *Driver) compactTo(index, marginBytes uint64) uint64 {
 		}
 	}
 	// Marks at or before the compaction point are no longer needed.
-	if k, _ := slices.BinarySearchFunc(d.marks, to+1, byIndex); k > 0 {
+	if k, _ := slices.BinarySearchFunc(d.marks, to+1, byMarkIndex); k > 0 {
 		d.base = d.marks[k-1].persisted
 		d.marks = slices.Delete(d.marks, 0, k)
 	}
