@@ -529,6 +529,158 @@ func (x *InvokeRequest) GetNoConfirmation() bool {
 	return false
 }
 
+type CallBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*InvokeRequest       `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallBatchRequest) Reset() {
+	*x = CallBatchRequest{}
+	mi := &file_correctables_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallBatchRequest) ProtoMessage() {}
+
+func (x *CallBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallBatchRequest.ProtoReflect.Descriptor instead.
+func (*CallBatchRequest) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CallBatchRequest) GetCalls() []*InvokeRequest {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+type CallBatchReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results holds one result per call, in the request's order.
+	Results       []*CallResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallBatchReply) Reset() {
+	*x = CallBatchReply{}
+	mi := &file_correctables_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallBatchReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallBatchReply) ProtoMessage() {}
+
+func (x *CallBatchReply) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallBatchReply.ProtoReflect.Descriptor instead.
+func (*CallBatchReply) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CallBatchReply) GetResults() []*CallResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// CallResult is one call's outcome in a batch: its view, or the error
+// Call would have returned for it (a gRPC status code and message).
+type CallResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Reply *ViewReply             `protobuf:"bytes,1,opt,name=reply,proto3" json:"reply,omitempty"`
+	// code is the error's gRPC status code (0, OK, when reply is set).
+	Code          uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResult) Reset() {
+	*x = CallResult{}
+	mi := &file_correctables_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResult) ProtoMessage() {}
+
+func (x *CallResult) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResult.ProtoReflect.Descriptor instead.
+func (*CallResult) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CallResult) GetReply() *ViewReply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+func (x *CallResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type KV struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -539,7 +691,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_correctables_proto_msgTypes[5]
+	mi := &file_correctables_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +703,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[5]
+	mi := &file_correctables_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +716,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{5}
+	return file_correctables_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KV) GetKey() string {
@@ -597,7 +749,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_correctables_proto_msgTypes[6]
+	mi := &file_correctables_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +761,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[6]
+	mi := &file_correctables_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +774,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{6}
+	return file_correctables_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Result) GetErr() uint32 {
@@ -684,7 +836,7 @@ type OpID struct {
 
 func (x *OpID) Reset() {
 	*x = OpID{}
-	mi := &file_correctables_proto_msgTypes[7]
+	mi := &file_correctables_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +848,7 @@ func (x *OpID) String() string {
 func (*OpID) ProtoMessage() {}
 
 func (x *OpID) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[7]
+	mi := &file_correctables_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +861,7 @@ func (x *OpID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpID.ProtoReflect.Descriptor instead.
 func (*OpID) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{7}
+	return file_correctables_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *OpID) GetOrigin() uint64 {
@@ -740,7 +892,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_correctables_proto_msgTypes[8]
+	mi := &file_correctables_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +904,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[8]
+	mi := &file_correctables_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +917,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{8}
+	return file_correctables_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Stamp) GetReplica() uint64 {
@@ -819,7 +971,7 @@ type ViewReply struct {
 
 func (x *ViewReply) Reset() {
 	*x = ViewReply{}
-	mi := &file_correctables_proto_msgTypes[9]
+	mi := &file_correctables_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +983,7 @@ func (x *ViewReply) String() string {
 func (*ViewReply) ProtoMessage() {}
 
 func (x *ViewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[9]
+	mi := &file_correctables_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +996,7 @@ func (x *ViewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewReply.ProtoReflect.Descriptor instead.
 func (*ViewReply) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{9}
+	return file_correctables_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ViewReply) GetFinal() bool {
@@ -890,7 +1042,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_correctables_proto_msgTypes[10]
+	mi := &file_correctables_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1054,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[10]
+	mi := &file_correctables_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1067,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{10}
+	return file_correctables_proto_rawDescGZIP(), []int{13}
 }
 
 type StatusReply struct {
@@ -939,7 +1091,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_correctables_proto_msgTypes[11]
+	mi := &file_correctables_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1103,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[11]
+	mi := &file_correctables_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1116,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{11}
+	return file_correctables_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusReply) GetId() uint64 {
@@ -1038,7 +1190,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_correctables_proto_msgTypes[12]
+	mi := &file_correctables_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1202,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[12]
+	mi := &file_correctables_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1215,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{12}
+	return file_correctables_proto_rawDescGZIP(), []int{15}
 }
 
 type BackupChunk struct {
@@ -1084,7 +1236,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_correctables_proto_msgTypes[13]
+	mi := &file_correctables_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1248,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[13]
+	mi := &file_correctables_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1261,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{13}
+	return file_correctables_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -1166,7 +1318,7 @@ type PeerEnvelope struct {
 
 func (x *PeerEnvelope) Reset() {
 	*x = PeerEnvelope{}
-	mi := &file_correctables_proto_msgTypes[14]
+	mi := &file_correctables_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1330,7 @@ func (x *PeerEnvelope) String() string {
 func (*PeerEnvelope) ProtoMessage() {}
 
 func (x *PeerEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[14]
+	mi := &file_correctables_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1343,7 @@ func (x *PeerEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerEnvelope.ProtoReflect.Descriptor instead.
 func (*PeerEnvelope) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{14}
+	return file_correctables_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PeerEnvelope) GetFrom() uint64 {
@@ -1216,7 +1368,7 @@ type PeerAck struct {
 
 func (x *PeerAck) Reset() {
 	*x = PeerAck{}
-	mi := &file_correctables_proto_msgTypes[15]
+	mi := &file_correctables_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1380,7 @@ func (x *PeerAck) String() string {
 func (*PeerAck) ProtoMessage() {}
 
 func (x *PeerAck) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[15]
+	mi := &file_correctables_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1393,7 @@ func (x *PeerAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerAck.ProtoReflect.Descriptor instead.
 func (*PeerAck) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{15}
+	return file_correctables_proto_rawDescGZIP(), []int{18}
 }
 
 var File_correctables_proto protoreflect.FileDescriptor
@@ -1277,7 +1429,16 @@ const file_correctables_proto_rawDesc = "" +
 	"\vpreliminary\x18\x02 \x01(\bR\vpreliminary\x12\x14\n" +
 	"\x05final\x18\x03 \x01(\bR\x05final\x12\x16\n" +
 	"\x06strong\x18\x04 \x01(\bR\x06strong\x12'\n" +
-	"\x0fno_confirmation\x18\x05 \x01(\bR\x0enoConfirmation\",\n" +
+	"\x0fno_confirmation\x18\x05 \x01(\bR\x0enoConfirmation\"H\n" +
+	"\x10CallBatchRequest\x124\n" +
+	"\x05calls\x18\x01 \x03(\v2\x1e.correctables.v1.InvokeRequestR\x05calls\"G\n" +
+	"\x0eCallBatchReply\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.correctables.v1.CallResultR\aresults\"l\n" +
+	"\n" +
+	"CallResult\x120\n" +
+	"\x05reply\x18\x01 \x01(\v2\x1a.correctables.v1.ViewReplyR\x05reply\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\",\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\xa5\x01\n" +
@@ -1357,10 +1518,11 @@ const file_correctables_proto_rawDesc = "" +
 	"\n" +
 	"CMP_ABSENT\x10\x04\x12\f\n" +
 	"\bCMP_LESS\x10\x05\x12\x0f\n" +
-	"\vCMP_GREATER\x10\x062\xa5\x02\n" +
+	"\vCMP_GREATER\x10\x062\xf6\x02\n" +
 	"\x05Store\x12F\n" +
 	"\x06Invoke\x12\x1e.correctables.v1.InvokeRequest\x1a\x1a.correctables.v1.ViewReply0\x01\x12B\n" +
-	"\x04Call\x12\x1e.correctables.v1.InvokeRequest\x1a\x1a.correctables.v1.ViewReply\x12F\n" +
+	"\x04Call\x12\x1e.correctables.v1.InvokeRequest\x1a\x1a.correctables.v1.ViewReply\x12O\n" +
+	"\tCallBatch\x12!.correctables.v1.CallBatchRequest\x1a\x1f.correctables.v1.CallBatchReply\x12F\n" +
 	"\x06Status\x12\x1e.correctables.v1.StatusRequest\x1a\x1c.correctables.v1.StatusReply\x12H\n" +
 	"\x06Backup\x12\x1e.correctables.v1.BackupRequest\x1a\x1c.correctables.v1.BackupChunk0\x012K\n" +
 	"\x04Peer\x12C\n" +
@@ -1379,28 +1541,31 @@ func file_correctables_proto_rawDescGZIP() []byte {
 }
 
 var file_correctables_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_correctables_proto_goTypes = []any{
-	(Kind)(0),             // 0: correctables.v1.Kind
-	(Cmp)(0),              // 1: correctables.v1.Cmp
-	(*Op)(nil),            // 2: correctables.v1.Op
-	(*Txn)(nil),           // 3: correctables.v1.Txn
-	(*Guard)(nil),         // 4: correctables.v1.Guard
-	(*Write)(nil),         // 5: correctables.v1.Write
-	(*InvokeRequest)(nil), // 6: correctables.v1.InvokeRequest
-	(*KV)(nil),            // 7: correctables.v1.KV
-	(*Result)(nil),        // 8: correctables.v1.Result
-	(*OpID)(nil),          // 9: correctables.v1.OpID
-	(*Stamp)(nil),         // 10: correctables.v1.Stamp
-	(*ViewReply)(nil),     // 11: correctables.v1.ViewReply
-	(*StatusRequest)(nil), // 12: correctables.v1.StatusRequest
-	(*StatusReply)(nil),   // 13: correctables.v1.StatusReply
-	(*BackupRequest)(nil), // 14: correctables.v1.BackupRequest
-	(*BackupChunk)(nil),   // 15: correctables.v1.BackupChunk
-	(*PeerEnvelope)(nil),  // 16: correctables.v1.PeerEnvelope
-	(*PeerAck)(nil),       // 17: correctables.v1.PeerAck
-	nil,                   // 18: correctables.v1.Stamp.VvEntry
-	nil,                   // 19: correctables.v1.StatusReply.VvEntry
+	(Kind)(0),                // 0: correctables.v1.Kind
+	(Cmp)(0),                 // 1: correctables.v1.Cmp
+	(*Op)(nil),               // 2: correctables.v1.Op
+	(*Txn)(nil),              // 3: correctables.v1.Txn
+	(*Guard)(nil),            // 4: correctables.v1.Guard
+	(*Write)(nil),            // 5: correctables.v1.Write
+	(*InvokeRequest)(nil),    // 6: correctables.v1.InvokeRequest
+	(*CallBatchRequest)(nil), // 7: correctables.v1.CallBatchRequest
+	(*CallBatchReply)(nil),   // 8: correctables.v1.CallBatchReply
+	(*CallResult)(nil),       // 9: correctables.v1.CallResult
+	(*KV)(nil),               // 10: correctables.v1.KV
+	(*Result)(nil),           // 11: correctables.v1.Result
+	(*OpID)(nil),             // 12: correctables.v1.OpID
+	(*Stamp)(nil),            // 13: correctables.v1.Stamp
+	(*ViewReply)(nil),        // 14: correctables.v1.ViewReply
+	(*StatusRequest)(nil),    // 15: correctables.v1.StatusRequest
+	(*StatusReply)(nil),      // 16: correctables.v1.StatusReply
+	(*BackupRequest)(nil),    // 17: correctables.v1.BackupRequest
+	(*BackupChunk)(nil),      // 18: correctables.v1.BackupChunk
+	(*PeerEnvelope)(nil),     // 19: correctables.v1.PeerEnvelope
+	(*PeerAck)(nil),          // 20: correctables.v1.PeerAck
+	nil,                      // 21: correctables.v1.Stamp.VvEntry
+	nil,                      // 22: correctables.v1.StatusReply.VvEntry
 }
 var file_correctables_proto_depIdxs = []int32{
 	0,  // 0: correctables.v1.Op.kind:type_name -> correctables.v1.Kind
@@ -1410,27 +1575,32 @@ var file_correctables_proto_depIdxs = []int32{
 	5,  // 4: correctables.v1.Txn.else_writes:type_name -> correctables.v1.Write
 	1,  // 5: correctables.v1.Guard.cmp:type_name -> correctables.v1.Cmp
 	2,  // 6: correctables.v1.InvokeRequest.op:type_name -> correctables.v1.Op
-	7,  // 7: correctables.v1.Result.items:type_name -> correctables.v1.KV
-	18, // 8: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
-	8,  // 9: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
-	9,  // 10: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
-	10, // 11: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
-	19, // 12: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
-	6,  // 13: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
-	6,  // 14: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
-	12, // 15: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
-	14, // 16: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
-	16, // 17: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
-	11, // 18: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
-	11, // 19: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
-	13, // 20: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
-	15, // 21: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
-	17, // 22: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 7: correctables.v1.CallBatchRequest.calls:type_name -> correctables.v1.InvokeRequest
+	9,  // 8: correctables.v1.CallBatchReply.results:type_name -> correctables.v1.CallResult
+	14, // 9: correctables.v1.CallResult.reply:type_name -> correctables.v1.ViewReply
+	10, // 10: correctables.v1.Result.items:type_name -> correctables.v1.KV
+	21, // 11: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
+	11, // 12: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
+	12, // 13: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
+	13, // 14: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
+	22, // 15: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
+	6,  // 16: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
+	6,  // 17: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
+	7,  // 18: correctables.v1.Store.CallBatch:input_type -> correctables.v1.CallBatchRequest
+	15, // 19: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
+	17, // 20: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
+	19, // 21: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
+	14, // 22: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
+	14, // 23: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
+	8,  // 24: correctables.v1.Store.CallBatch:output_type -> correctables.v1.CallBatchReply
+	16, // 25: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
+	18, // 26: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
+	20, // 27: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_correctables_proto_init() }
@@ -1444,7 +1614,7 @@ func file_correctables_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_correctables_proto_rawDesc), len(file_correctables_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

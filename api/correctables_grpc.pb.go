@@ -24,10 +24,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Store_Invoke_FullMethodName = "/correctables.v1.Store/Invoke"
-	Store_Call_FullMethodName   = "/correctables.v1.Store/Call"
-	Store_Status_FullMethodName = "/correctables.v1.Store/Status"
-	Store_Backup_FullMethodName = "/correctables.v1.Store/Backup"
+	Store_Invoke_FullMethodName    = "/correctables.v1.Store/Invoke"
+	Store_Call_FullMethodName      = "/correctables.v1.Store/Call"
+	Store_CallBatch_FullMethodName = "/correctables.v1.Store/CallBatch"
+	Store_Status_FullMethodName    = "/correctables.v1.Store/Status"
+	Store_Backup_FullMethodName    = "/correctables.v1.Store/Backup"
 )
 
 // StoreClient is the client API for Store service.
@@ -54,6 +55,16 @@ type StoreClient interface {
 	// that asks for both views, or none, is refused with InvalidArgument: use
 	// Invoke for both.
 	Call(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*ViewReply, error)
+	// CallBatch runs several operations, each as Call runs it (the same
+	// checks, limits, errors and view), in one round trip: a client with
+	// many operations outstanding at one replica sends those that queued
+	// behind its calls in flight together, which saves both ends most of a
+	// call's cost. The operations are independent: no order among them, no
+	// atomicity; each gets its own result, in the request's order, and one
+	// refused or failed leaves the others running. A batch is refused whole
+	// with InvalidArgument if it is empty or holds more than 4,096
+	// operations.
+	CallBatch(ctx context.Context, in *CallBatchRequest, opts ...grpc.CallOption) (*CallBatchReply, error)
 	// Status reports the replica's role and progress. A replica whose event
 	// loop is busy for more than 200 ms (a long write, a catch-up) answers
 	// with its state at the end of the loop's last round.
@@ -96,6 +107,16 @@ func (c *storeClient) Call(ctx context.Context, in *InvokeRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ViewReply)
 	err := c.cc.Invoke(ctx, Store_Call_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) CallBatch(ctx context.Context, in *CallBatchRequest, opts ...grpc.CallOption) (*CallBatchReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CallBatchReply)
+	err := c.cc.Invoke(ctx, Store_CallBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +176,16 @@ type StoreServer interface {
 	// that asks for both views, or none, is refused with InvalidArgument: use
 	// Invoke for both.
 	Call(context.Context, *InvokeRequest) (*ViewReply, error)
+	// CallBatch runs several operations, each as Call runs it (the same
+	// checks, limits, errors and view), in one round trip: a client with
+	// many operations outstanding at one replica sends those that queued
+	// behind its calls in flight together, which saves both ends most of a
+	// call's cost. The operations are independent: no order among them, no
+	// atomicity; each gets its own result, in the request's order, and one
+	// refused or failed leaves the others running. A batch is refused whole
+	// with InvalidArgument if it is empty or holds more than 4,096
+	// operations.
+	CallBatch(context.Context, *CallBatchRequest) (*CallBatchReply, error)
 	// Status reports the replica's role and progress. A replica whose event
 	// loop is busy for more than 200 ms (a long write, a catch-up) answers
 	// with its state at the end of the loop's last round.
@@ -179,6 +210,9 @@ func (UnimplementedStoreServer) Invoke(*InvokeRequest, grpc.ServerStreamingServe
 }
 func (UnimplementedStoreServer) Call(context.Context, *InvokeRequest) (*ViewReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Call not implemented")
+}
+func (UnimplementedStoreServer) CallBatch(context.Context, *CallBatchRequest) (*CallBatchReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CallBatch not implemented")
 }
 func (UnimplementedStoreServer) Status(context.Context, *StatusRequest) (*StatusReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -236,6 +270,24 @@ func _Store_Call_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_CallBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CallBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).CallBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_CallBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).CallBatch(ctx, req.(*CallBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Store_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -275,6 +327,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Call",
 			Handler:    _Store_Call_Handler,
+		},
+		{
+			MethodName: "CallBatch",
+			Handler:    _Store_CallBatch_Handler,
 		},
 		{
 			MethodName: "Status",

@@ -264,22 +264,24 @@ var errNoCall = errors.New("client: Call not implemented by the endpoint")
 // Otherwise it reports and counts like streamAt: the same errors, the same
 // stats and trace fields, the same protocol checks.
 func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
-	a := newAttempt()
-	// No cancel of its own, unlike a stream: a unary call ends with its
-	// reply.
-	ctx = context.WithValue(ctx, attemptKey{}, a)
-	rep, err := e.store.Call(ctx, req)
-	sent = a.sent.Load()
-	if sent {
-		c.countSent(a, req, tr)
+	var rep *api.ViewReply
+	if c.cfg.batchInflight > 0 && !e.noBatch.Load() {
+		if size := proto.Size(req); size <= maxBatchedCall {
+			rep, sent, err = c.batchedCall(ctx, e, req, size, tr)
+			if err == errNoBatch {
+				e.noBatch.Store(true)
+				c.cfg.logger.Debug("client: endpoint does not implement CallBatch; sending calls one by one", "endpoint", e.addr)
+				rep, sent, err = c.unaryCall(ctx, e, req, tr)
+			}
+		} else {
+			rep, sent, err = c.unaryCall(ctx, e, req, tr)
+		}
+	} else {
+		rep, sent, err = c.unaryCall(ctx, e, req, tr)
 	}
 	if err != nil {
-		if ctx.Err() == nil && status.Code(err) == codes.Unimplemented {
-			return sent, false, errNoCall
-		}
-		return sent, false, errorFromStatus(ctx, err)
+		return sent, false, err
 	}
-	c.countReceived(a, rep, tr)
 	var rd reader
 	v, _, err := rd.view(rep, ls) // one view asked for: it is the last
 	if err != nil {
@@ -294,6 +296,28 @@ func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest
 		return true, true, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
 	return true, true, nil
+}
+
+// unaryCall sends req as one Call to e and returns the reply, whether the
+// request left the client, and errNoCall if e does not implement Call.
+func (c *Client) unaryCall(ctx context.Context, e *endpoint, req *api.InvokeRequest, tr *OpTrace) (*api.ViewReply, bool, error) {
+	a := newAttempt()
+	// No cancel of its own, unlike a stream: a unary call ends with its
+	// reply.
+	ctx = context.WithValue(ctx, attemptKey{}, a)
+	rep, err := e.store.Call(ctx, req)
+	sent := a.sent.Load()
+	if sent {
+		c.countSent(a, req, tr)
+	}
+	if err != nil {
+		if ctx.Err() == nil && status.Code(err) == codes.Unimplemented {
+			return nil, sent, errNoCall
+		}
+		return nil, sent, errorFromStatus(ctx, err)
+	}
+	c.countReceived(a, rep, tr)
+	return rep, true, nil
 }
 
 // countSent and countReceived add a request's and a reply's encoded

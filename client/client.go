@@ -53,6 +53,11 @@ type endpoint struct {
 	// noCall is set once the endpoint answered Call with Unimplemented (a
 	// replica older than Call): single-view operations take Invoke there.
 	noCall atomic.Bool
+	// noBatch is set once the endpoint answered CallBatch with
+	// Unimplemented: calls go one by one there.
+	noBatch atomic.Bool
+	// batchers queue single-view calls by kind (batch.go).
+	batchers [batchKinds]batcher
 
 	mu      sync.Mutex
 	samples []time.Duration // the last round-trip times, a ring of cfg.probeWindow

@@ -41,12 +41,19 @@ type fakeStore struct {
 	statusFail atomic.Bool
 	// noCall makes Call Unimplemented, like a replica older than Call.
 	noCall bool
+	// batch makes CallBatch answer each call as Call does; without it
+	// CallBatch is Unimplemented, like a replica older than CallBatch.
+	batch bool
+	// failKey, if set, makes Call refuse an operation on that key with
+	// InvalidArgument.
+	failKey string
 
 	mu       sync.Mutex
 	reqs     []*api.InvokeRequest
 	sent     []*api.ViewReply
 	statuses int
 	calls    int
+	batches  []int // the size of each CallBatch answered
 }
 
 var testStamp = &api.Stamp{Replica: 7, AppliedIndex: 11, CommittedCount: 5, Vv: map[uint64]uint64{1: 3, 2: 4}, StableTime: 99}
@@ -117,6 +124,9 @@ func (f *fakeStore) Call(ctx context.Context, req *api.InvokeRequest) (*api.View
 	if f.noCall {
 		return nil, status.Error(codes.Unimplemented, "unknown method Call for service correctables.v1.Store")
 	}
+	if f.failKey != "" && req.GetOp().GetKey() == f.failKey {
+		return nil, status.Error(codes.InvalidArgument, "fake: refused key "+f.failKey)
+	}
 	s := &unaryStream{ctx: ctx}
 	if err := f.Invoke(req, s); err != nil {
 		return nil, err
@@ -125,6 +135,34 @@ func (f *fakeStore) Call(ctx context.Context, req *api.InvokeRequest) (*api.View
 		return nil, status.Errorf(codes.Internal, "fake: %d replies for a Call", len(s.replies))
 	}
 	return s.replies[0], nil
+}
+
+// CallBatch answers each call as Call does, in order, if batch is set.
+func (f *fakeStore) CallBatch(ctx context.Context, in *api.CallBatchRequest) (*api.CallBatchReply, error) {
+	if !f.batch {
+		return nil, status.Error(codes.Unimplemented, "unknown method CallBatch for service correctables.v1.Store")
+	}
+	f.mu.Lock()
+	f.batches = append(f.batches, len(in.GetCalls()))
+	f.mu.Unlock()
+	out := &api.CallBatchReply{}
+	for _, req := range in.GetCalls() {
+		rep, err := f.Call(ctx, req)
+		if err != nil {
+			st := status.Convert(err)
+			out.Results = append(out.Results, &api.CallResult{Code: uint32(st.Code()), Message: st.Message()})
+			continue
+		}
+		out.Results = append(out.Results, &api.CallResult{Reply: rep})
+	}
+	return out, nil
+}
+
+// batchSizes returns the size of each CallBatch the fake answered.
+func (f *fakeStore) batchSizes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.batches...)
 }
 
 // unaryStream is the stream Call hands to Invoke: it keeps the replies.

@@ -55,6 +55,11 @@ type config struct {
 	// targetTrace, if set, is called with every SLA target choice
 	// (WithTargetTrace).
 	targetTrace func(TargetDecision)
+	// batchInflight is the calls of one kind in flight to one replica
+	// past which the next ones are batched (WithCallBatching); 0 turns
+	// batching off.
+	batchInflight int
+	batchSet      bool
 }
 
 // WithTransportCredentials secures the connections with creds (for example
@@ -120,6 +125,18 @@ func WithTraceRecorder(r *TraceRecorder) Option { return func(c *config) { c.rec
 // (`correctables bench bandwidth`).
 func WithoutConfirmations() Option { return func(c *config) { c.noConfirm = true } }
 
+// WithCallBatching sets how many operations of one kind (the same views
+// and protocol) may be in flight to one replica, each as its own call,
+// before the next ones wait and go together as one CallBatch when a call
+// returns (default DefaultBatchInflight). Batching costs an operation
+// nothing while fewer are in flight, and under heavy load saves both the
+// client and the replicas most of each call's cost. 0 turns it off: every
+// operation is its own call. Operations that ask for both views (Invoke)
+// are never batched.
+func WithCallBatching(inflight int) Option {
+	return func(c *config) { c.batchInflight, c.batchSet = inflight, true }
+}
+
 // validate fills in defaults and checks the configuration against the
 // endpoints. Errors wrap ErrInvalidArgument.
 func (c *config) validate(endpoints []string) error {
@@ -141,7 +158,13 @@ func (c *config) validate(endpoints []string) error {
 	if c.initialProbes == 0 {
 		c.initialProbes = DefaultInitialProbes
 	}
+	if !c.batchSet {
+		c.batchInflight = DefaultBatchInflight
+	}
 	var errs []error
+	if c.batchInflight < 0 || c.batchInflight > 1<<16 {
+		errs = append(errs, fmt.Errorf("call batching %d not in [0, 65536]", c.batchInflight))
+	}
 	if c.dialTimeout < 0 || c.probeInterval < 0 || c.probeTimeout < 0 {
 		errs = append(errs, errors.New("negative duration"))
 	}

@@ -34,6 +34,9 @@ type loadFlags struct {
 	inProcess                          bool
 	// etcdCompaction is the peer's periodic auto-compaction retention.
 	etcdCompaction time.Duration
+	// callBatching is client.WithCallBatching's n (-1: the client's
+	// default).
+	callBatching int
 	// CPQ mode's policy, and the Γ estimate.
 	cpqP, cpqWriteP float64
 	readDelay       time.Duration
@@ -98,6 +101,9 @@ func (f loadFlags) plan() (*loadPlan, error) {
 		return nil, fmt.Errorf("--etcd-auto-compaction %v: want 0 (none) or at least 1s", f.etcdCompaction)
 	case f.etcdCompaction > 0 && f.peer != "etcd":
 		return nil, errors.New("--etcd-auto-compaction needs --peer etcd")
+	}
+	if f.callBatching < -1 {
+		return nil, fmt.Errorf("--call-batching %d: want 0 (off) or more", f.callBatching)
 	}
 	p.cpq = client.CPQConfig{ReadP: f.cpqP, WriteP: f.cpqWriteP, ReadDelay: f.readDelay, Seed: f.seed}
 	if _, err := client.NewCPQ(p.cpq); err != nil {
@@ -220,6 +226,7 @@ operators do), or it fills its 2 GiB quota and refuses writes.
 	fl.StringVar(&f.endpoints, "endpoints", "", "run against this running cluster (comma-separated host:port)")
 	fl.StringVar(&f.serverPIDs, "server-pids", "", "with --endpoints: the servers' process ids, to report their CPU and RSS")
 	fl.StringVar(&f.peer, "peer", "", "also run every row against a three-member etcd cluster: etcd")
+	fl.IntVar(&f.callBatching, "call-batching", -1, fmt.Sprintf("single-view operations of a kind in flight to a replica, each as its own call, before the next go together as one CallBatch (client.WithCallBatching; 0: never batch; default %d)", client.DefaultBatchInflight))
 	fl.DurationVar(&f.etcdCompaction, "etcd-auto-compaction", 0, "with --peer etcd: etcd's periodic auto-compaction retention, e.g. 10s (0: none, etcd's default)")
 	fl.BoolVar(&f.inProcess, "in-process", false, "run our cluster in this process (internal/cluster) instead of three serve processes")
 	fl.Float64Var(&f.cpqP, "cpq", 0, "mode cpq: probability that a read runs at the strong level (CPQ §1)")
@@ -284,6 +291,9 @@ func runLoad(ctx context.Context, out, progress io.Writer, p *loadPlan) error {
 	}
 	if cs, ok := ours.sys.(*loadgen.Correctables); ok {
 		cs.CPQ = p.cpq
+		if p.f.callBatching >= 0 {
+			cs.Options = append(cs.Options, client.WithCallBatching(p.f.callBatching))
+		}
 		if p.f.gamma {
 			ours.trace = client.NewTraceRecorder(p.f.gammaCapacity)
 			cs.Trace = ours.trace

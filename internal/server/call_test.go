@@ -212,13 +212,16 @@ func protocolOps(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // itself with Unimplemented, as a replica older than Call would, so that
 // the client takes Invoke.
 type rpcCounter struct {
-	refuseCall     bool
-	calls, invokes atomic.Int64
+	refuseCall              bool
+	calls, invokes, batches atomic.Int64
 }
 
 func (r *rpcCounter) option() client.Option {
 	return client.WithDialOptions(
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == api.Store_CallBatch_FullMethodName {
+				r.batches.Add(1)
+			}
 			if method == api.Store_Call_FullMethodName {
 				r.calls.Add(1)
 				if r.refuseCall {
@@ -390,5 +393,139 @@ func TestCallAtDrainingReplica(t *testing.T) {
 	rep, err := dial(t, peers[1]).Call(ctx, &api.InvokeRequest{Op: getOp("k3"), Preliminary: true})
 	if err != nil || !rep.GetResult().GetFound() {
 		t.Fatalf("weak get at replica 1 of a put through the client: %v %v", rep, err)
+	}
+}
+
+// TestCallBatchGivesCallsViews: a CallBatch of the single-view requests
+// gives each the view a Call gives it, in order; a request in the batch
+// that Call refuses is refused alone, with Call's code and message, and
+// runs nothing, while the others run.
+func TestCallBatchGivesCallsViews(t *testing.T) {
+	servers := startCluster(t, 3, func(uint64) Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := dial(t, servers[1].ClientAddr())
+	strongPutUntilFinal(ctx, t, c, 2*time.Second)
+	refused := []*api.InvokeRequest{
+		{Op: put("batch/bad", "v"), Preliminary: true, Final: true},
+		{Op: put("batch/bad", string(make([]byte, 2<<20))), Preliminary: true},
+		{Op: getOp("batch/bad"), Final: true},
+	}
+	// Each step is its own batch after the first, so that a step sees the
+	// one before it, as the Calls do; the first batch holds the refused
+	// requests too, around a weak get and a weak put.
+	for i, step := range singleViewSteps {
+		want, err := c.Call(ctx, step.req("call/"))
+		if err != nil {
+			t.Fatalf("%s via Call: %v", step.name, err)
+		}
+		in := &api.CallBatchRequest{Calls: []*api.InvokeRequest{step.req("batch/")}}
+		if i == 0 {
+			in.Calls = append([]*api.InvokeRequest{refused[0]}, append(in.Calls, refused[1], refused[2])...)
+		}
+		rep, err := c.CallBatch(ctx, in)
+		if err != nil || len(rep.GetResults()) != len(in.Calls) {
+			t.Fatalf("%s via CallBatch: %v %v", step.name, rep, err)
+		}
+		for j, r := range rep.GetResults() {
+			if j == 0 && i == 0 || j > 1 {
+				_, cerr := c.Call(ctx, in.Calls[j])
+				st := status.Convert(cerr)
+				if r.GetReply() != nil || codes.Code(r.GetCode()) != st.Code() || r.GetMessage() != st.Message() || st.Code() != codes.InvalidArgument {
+					t.Errorf("refused request %d in a batch: %v, Call's %v", j, r, cerr)
+				}
+				continue
+			}
+			got := r.GetReply()
+			if got == nil || r.GetCode() != 0 {
+				t.Fatalf("%s in a batch: %v", step.name, r)
+			}
+			if got.GetFinal() != want.GetFinal() || got.GetConfirmed() ||
+				!proto.Equal(stripPrefix(got.GetResult(), "batch/"), stripPrefix(want.GetResult(), "call/")) {
+				t.Errorf("%s: batched view %v, Call's %v", step.name, got, want)
+			}
+		}
+	}
+	// The refused put ran nothing.
+	rep, err := c.Call(ctx, &api.InvokeRequest{Op: getOp("batch/bad"), Final: true, Strong: true})
+	if err != nil || rep.GetResult().GetFound() {
+		t.Fatalf("strong get of the refused put's key: %v %v", rep, err)
+	}
+	// An empty batch and one over the limit are refused whole.
+	for _, n := range []int{0, MaxCallBatch + 1} {
+		in := &api.CallBatchRequest{}
+		for range n {
+			in.Calls = append(in.Calls, &api.InvokeRequest{Op: getOp("k"), Preliminary: true})
+		}
+		if _, err := c.CallBatch(ctx, in); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("a batch of %d: %v, want InvalidArgument", n, err)
+		}
+	}
+	// A batch that names another cluster is refused before it runs.
+	octx := metadata.AppendToOutgoingContext(ctx, api.ClusterIDMetadata, api.FormatClusterID(servers[1].ClusterID()^1))
+	_, err = c.CallBatch(octx, &api.CallBatchRequest{Calls: []*api.InvokeRequest{{Op: put("batch/other", "x"), Preliminary: true}}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a batch for another cluster: %v, want FailedPrecondition", err)
+	}
+}
+
+// TestClientBatchesUnderLoad: a client with many operations outstanding
+// at one replica sends most of them in CallBatches, and every put is
+// acknowledged and then read back, through the real server.
+func TestClientBatchesUnderLoad(t *testing.T) {
+	servers := startCluster(t, 3, func(uint64) Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	strongPutUntilFinal(ctx, t, dial(t, servers[0].ClientAddr()), 2*time.Second)
+	var rc rpcCounter
+	c, err := client.Dial(ctx, []string{servers[0].ClientAddr()}, rc.option(), client.WithCallBatching(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 300
+	run := func(op func(i int) *correctable.Correctable[client.Result], check func(i int, v client.Result) error) {
+		t.Helper()
+		crs := make([]*correctable.Correctable[client.Result], n)
+		for i := range n {
+			crs[i] = op(i)
+		}
+		for i, cr := range crs {
+			v, err := cr.Final(ctx)
+			if err != nil {
+				t.Fatalf("operation %d: %v", i, err)
+			}
+			if err := check(i, v.Value); err != nil {
+				t.Fatalf("operation %d: %v", i, err)
+			}
+		}
+	}
+	// Weak puts and then weak gets at the same replica, which has executed
+	// the puts; strong puts and then strong gets. (A strong get reads the
+	// committed state at a read index, which holds an acknowledged weak put
+	// only once an entry committed it.)
+	for _, strong := range []bool{false, true} {
+		invoke := c.InvokeWeak
+		if strong {
+			invoke = c.InvokeStrong
+		}
+		run(func(i int) *correctable.Correctable[client.Result] {
+			return invoke(ctx, client.Put(fmt.Sprint("load/", strong, i), []byte(fmt.Sprint("v", i))))
+		}, func(int, client.Result) error { return nil })
+		run(func(i int) *correctable.Correctable[client.Result] {
+			return invoke(ctx, client.Get(fmt.Sprint("load/", strong, i)))
+		}, func(i int, r client.Result) error {
+			if !r.Found || string(r.Value) != fmt.Sprint("v", i) {
+				return fmt.Errorf("get (strong %v) of an acknowledged put: %+v", strong, r)
+			}
+			return nil
+		})
+	}
+	calls, batches := rc.calls.Load(), rc.batches.Load()
+	if batches == 0 || calls+batches >= 4*n {
+		t.Errorf("%d Calls and %d CallBatches for %d operations, want batches and fewer requests than operations", calls, batches, 4*n)
+	}
+	if st := c.Stats(); st.Ops != 4*n || st.Views != 4*n || st.Failed != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }

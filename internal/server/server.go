@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/driver"
@@ -660,7 +661,7 @@ func (s *Server) Invoke(in *api.InvokeRequest, stream grpc.ServerStreamingServer
 // check is the unary interceptor's (clusterServerOptions).
 func (s *Server) Call(ctx context.Context, in *api.InvokeRequest) (*api.ViewReply, error) {
 	if in.GetPreliminary() == in.GetFinal() {
-		return nil, toStatus(fmt.Errorf("%w: Call returns one view: ask for the preliminary view or the final view, not both or neither (Invoke streams both)", ErrInvalidRequest))
+		return nil, toStatus(errOneView)
 	}
 	var c viewCapture
 	if err := s.invoke(ctx, in, c.send); err != nil {
@@ -672,6 +673,10 @@ func (s *Server) Call(ctx context.Context, in *api.InvokeRequest) (*api.ViewRepl
 	return c.reply, nil
 }
 
+// errOneView refuses a Call, or a call in a CallBatch, that asks for both
+// views or none.
+var errOneView = fmt.Errorf("%w: Call returns one view: ask for the preliminary view or the final view, not both or neither (Invoke streams both)", ErrInvalidRequest)
+
 // viewCapture keeps the view invoke sends, for Call.
 type viewCapture struct{ reply *api.ViewReply }
 
@@ -681,9 +686,43 @@ func (c *viewCapture) send(r *api.ViewReply) error {
 }
 
 func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*api.ViewReply) error) error {
-	op, err := opFromAPI(in.GetOp())
+	c, err := s.begin(ctx, in)
 	if err != nil {
 		return err
+	}
+	defer c.release()
+	for {
+		rep, last, err := c.next(ctx)
+		if err != nil {
+			return err
+		}
+		if err := send(rep); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+}
+
+// call is one client request submitted to the loop, as invoke and
+// CallBatch wait for its views.
+type call struct {
+	s      *Server
+	in     *api.InvokeRequest
+	req    *request
+	start  time.Time
+	prelim replica.View // the preliminary view, once sent
+	sent   bool         // prelim is set
+}
+
+// begin checks in, takes an inflight slot (or refuses with ErrOverloaded)
+// and submits it to the loop. The caller releases the call once done with
+// it.
+func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error) {
+	op, err := opFromAPI(in.GetOp())
+	if err != nil {
+		return nil, err
 	}
 	var want replica.Want
 	if in.GetPreliminary() {
@@ -693,67 +732,115 @@ func (s *Server) invoke(ctx context.Context, in *api.InvokeRequest, send func(*a
 		want |= replica.WantStable
 	}
 	if want == 0 {
-		return fmt.Errorf("%w: ask for the preliminary view, the final view, or both", ErrInvalidRequest)
+		return nil, fmt.Errorf("%w: ask for the preliminary view, the final view, or both", ErrInvalidRequest)
 	}
 	if in.GetFinal() && !in.GetStrong() && op.ReadOnly() {
-		return fmt.Errorf("%w: a weak read has no final view; ask for a strong read", ErrInvalidRequest)
+		return nil, fmt.Errorf("%w: a weak read has no final view; ask for a strong read", ErrInvalidRequest)
 	}
 	select {
 	case s.inflight <- struct{}{}:
-		defer func() { <-s.inflight }()
 	default:
-		return ErrOverloaded
+		return nil, ErrOverloaded
 	}
-	req := &request{
+	c := &call{s: s, in: in, start: time.Now(), req: &request{
 		ctx: ctx,
 		cr:  replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
 		out: make(chan outcome, 2),
-	}
-	start := time.Now()
+	}}
 	select {
-	case s.submit <- req:
+	case s.submit <- c.req:
+		return c, nil
 	case <-s.stop:
-		return ErrStopped
+		err = ErrStopped
 	case <-s.done:
-		return ErrStopped
+		err = ErrStopped
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
-	var prelim replica.View // the preliminary view, once sent
-	sentPrelim := false
-	for {
-		select {
-		case o, ok := <-req.out:
-			if !ok {
-				return ErrStopped
-			}
-			if o.err != nil {
-				return o.err
-			}
-			v := o.v
-			if v.Lost {
-				return ErrResultLost
-			}
-			var p *replica.View
-			if sentPrelim {
-				p = &prelim
-			}
-			s.cfg.Metrics.observeView(in.GetStrong(), v, p, time.Since(start))
-			if err := send(viewToAPI(v, in.GetNoConfirmation())); err != nil {
-				return err
-			}
-			if v.Stable || want&replica.WantStable == 0 {
-				return nil
-			}
-			prelim, sentPrelim = v, true
-		case <-ctx.Done():
-			// The client went away; the loop drops the request when its
-			// final view comes (the channel is buffered for it).
-			return ctx.Err()
-		case <-s.done:
-			return ErrStopped
+	c.release()
+	return nil, err
+}
+
+// release frees the call's inflight slot.
+func (c *call) release() { <-c.s.inflight }
+
+// next waits for the call's next view and returns it as sent to the
+// client, and whether it is the last one the client asked for.
+func (c *call) next(ctx context.Context) (*api.ViewReply, bool, error) {
+	select {
+	case o, ok := <-c.req.out:
+		if !ok {
+			return nil, false, ErrStopped
 		}
+		if o.err != nil {
+			return nil, false, o.err
+		}
+		v := o.v
+		if v.Lost {
+			return nil, false, ErrResultLost
+		}
+		var p *replica.View
+		if c.sent {
+			p = &c.prelim
+		}
+		c.s.cfg.Metrics.observeView(c.in.GetStrong(), v, p, time.Since(c.start))
+		rep := viewToAPI(v, c.in.GetNoConfirmation())
+		last := v.Stable || !c.in.GetFinal()
+		c.prelim, c.sent = v, true
+		return rep, last, nil
+	case <-ctx.Done():
+		// The client went away; the loop drops the request when its final
+		// view comes (the channel is buffered for it).
+		return nil, false, ctx.Err()
+	case <-c.s.done:
+		return nil, false, ErrStopped
 	}
+}
+
+// MaxCallBatch bounds the calls of one CallBatch.
+const MaxCallBatch = 4096
+
+// CallBatch implements api.StoreServer: each call runs as Call runs it, all
+// submitted to the loop before the first is waited for, so that they share
+// its rounds; each gets its own view or error, in the request's order.
+func (s *Server) CallBatch(ctx context.Context, in *api.CallBatchRequest) (*api.CallBatchReply, error) {
+	n := len(in.GetCalls())
+	if n == 0 || n > MaxCallBatch {
+		return nil, toStatus(fmt.Errorf("%w: a batch holds 1 to %d calls, not %d", ErrInvalidRequest, MaxCallBatch, n))
+	}
+	out := &api.CallBatchReply{Results: make([]*api.CallResult, n)}
+	calls := make([]*call, n)
+	for i, r := range in.GetCalls() {
+		if r.GetPreliminary() == r.GetFinal() {
+			out.Results[i] = errorResult(errOneView)
+			continue
+		}
+		c, err := s.begin(ctx, r)
+		if err != nil {
+			out.Results[i] = errorResult(err)
+			continue
+		}
+		calls[i] = c
+	}
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		rep, _, err := c.next(ctx)
+		c.release()
+		if err != nil {
+			out.Results[i] = errorResult(err)
+			continue
+		}
+		out.Results[i] = &api.CallResult{Reply: rep}
+	}
+	return out, nil
+}
+
+// errorResult is a batched call's error as Call would have returned it.
+func errorResult(err error) *api.CallResult {
+	st := status.Convert(toStatus(err))
+	return &api.CallResult{Code: uint32(st.Code()), Message: st.Message()}
 }
 
 // Status implements api.StoreServer.

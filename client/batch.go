@@ -1,0 +1,260 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/correctables/correctables/api"
+)
+
+// Call batching. An operation that asks for one view goes to its replica
+// as the unary Call while fewer than cfg.batchInflight calls of its kind
+// are in flight to that replica; past that it waits in a queue, and when a
+// call in flight returns, everything queued goes as one CallBatch. Under
+// light load nothing waits; under heavy load one round trip carries many
+// operations, which saves both ends most of a call's cost (its HTTP/2
+// stream, headers, handler goroutine and write syscalls), the cost that
+// dominated a weak put's CPU. Each operation still gets its own view or
+// error, and is acknowledged as it would be alone: the replica answers a
+// batched call only once that call's view is ready, durable where the
+// view says so.
+//
+// Calls are queued by kind (the request's view and protocol flags), so
+// that a weak update never waits behind a strong one.
+
+// Batching limits.
+const (
+	// DefaultBatchInflight is the calls of one kind in flight to one
+	// replica before the next ones queue to go together.
+	DefaultBatchInflight = 2
+	// maxBatchCalls bounds the calls of one CallBatch (the server's limit
+	// is api's 4,096).
+	maxBatchCalls = 512
+	// maxBatchBytes bounds a batch's encoded requests; maxBatchedCall is
+	// the largest request that is batched at all (larger ones go alone:
+	// batching saves nothing on them).
+	maxBatchBytes  = 1 << 20
+	maxBatchedCall = 64 << 10
+)
+
+// errNoBatch: the endpoint answered CallBatch with Unimplemented.
+var errNoBatch = errors.New("client: CallBatch not implemented by the endpoint")
+
+// batchKinds is the number of request kinds: the four flags of
+// InvokeRequest (preliminary, final, strong, no_confirmation).
+const batchKinds = 16
+
+func batchKind(req *api.InvokeRequest) int {
+	k := 0
+	if req.GetPreliminary() {
+		k |= 1
+	}
+	if req.GetFinal() {
+		k |= 2
+	}
+	if req.GetStrong() {
+		k |= 4
+	}
+	if req.GetNoConfirmation() {
+		k |= 8
+	}
+	return k
+}
+
+// batcher queues the calls of one kind to one endpoint.
+type batcher struct {
+	mu       sync.Mutex
+	queue    []*pendingCall
+	queued   int // encoded bytes of queue
+	inflight int // calls and batches in flight
+}
+
+// pendingCall states.
+const (
+	pcQueued int32 = iota
+	pcTaken        // in a batch that is being sent
+	pcGone         // its caller gave up while it was queued: never sent
+)
+
+// pendingCall is one operation in a batcher's queue or in a batch.
+type pendingCall struct {
+	req   *api.InvokeRequest
+	size  int
+	state atomic.Int32
+	batch *sentBatch    // set when taken
+	done  chan struct{} // closed when rep, err and sent are set
+	rep   *api.ViewReply
+	err   error
+	sent  bool
+}
+
+// sentBatch is one CallBatch in flight. cancel ends it once every caller
+// in it gave up.
+type sentBatch struct {
+	live   atomic.Int32
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (b *sentBatch) abandon() {
+	if b.live.Add(-1) == 0 {
+		b.cancel()
+	}
+}
+
+// batchedCall runs req, which asks for one view, at e: at once as a Call if
+// fewer than the limit are in flight, otherwise in the next batch. It
+// returns the reply, whether the request may have left the client, and
+// errNoCall or errNoBatch if e does not implement Call or CallBatch.
+func (c *Client) batchedCall(ctx context.Context, e *endpoint, req *api.InvokeRequest, size int, tr *OpTrace) (*api.ViewReply, bool, error) {
+	b := &e.batchers[batchKind(req)]
+	b.mu.Lock()
+	if b.inflight < c.cfg.batchInflight {
+		b.inflight++
+		b.mu.Unlock()
+		rep, sent, err := c.unaryCall(ctx, e, req, tr)
+		c.batchDone(e, b)
+		return rep, sent, err
+	}
+	pc := &pendingCall{req: req, size: size, done: make(chan struct{})}
+	b.queue = append(b.queue, pc)
+	b.queued += size
+	b.mu.Unlock()
+	select {
+	case <-pc.done:
+	case <-ctx.Done():
+		if pc.state.CompareAndSwap(pcQueued, pcGone) {
+			return nil, false, context.Cause(ctx)
+		}
+		// Taken: the batch may have left; it ends once all its callers
+		// gave up.
+		pc.batch.abandon()
+		return nil, true, context.Cause(ctx)
+	}
+	c.stats.bytesSent.Add(uint64(size))
+	tr.BytesSent += size
+	if pc.rep != nil {
+		n := proto.Size(pc.rep)
+		c.stats.bytesReceived.Add(uint64(n))
+		tr.BytesReceived += n
+	}
+	switch {
+	case pc.err == nil:
+	case pc.err == errNoBatch, errors.Is(pc.err, ErrProtocol):
+		return nil, pc.sent, pc.err
+	default:
+		return nil, pc.sent, errorFromStatus(ctx, pc.err)
+	}
+	return pc.rep, true, nil
+}
+
+// batchDone is called when a call or batch in flight to e's batcher b
+// returns: it sends what queued meanwhile as the next batch, on a
+// goroutine of its own, or frees the slot.
+func (c *Client) batchDone(e *endpoint, b *batcher) {
+	b.mu.Lock()
+	batch, sb := b.take()
+	if len(batch) == 0 {
+		b.inflight--
+	}
+	b.mu.Unlock()
+	if len(batch) > 0 {
+		go c.sendBatch(e, b, batch, sb)
+	}
+}
+
+// take removes the next batch from the queue: up to maxBatchCalls calls
+// and maxBatchBytes bytes, skipping calls whose callers gave up. b.mu is
+// held. The batch's sentBatch holds one reference for its sender, to drop
+// once the batch is built (sb.abandon).
+func (b *batcher) take() ([]*pendingCall, *sentBatch) {
+	if len(b.queue) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sb := &sentBatch{ctx: ctx, cancel: cancel}
+	sb.live.Store(1)
+	var batch []*pendingCall
+	n, bytes := 0, 0
+	for n < len(b.queue) && len(batch) < maxBatchCalls {
+		pc := b.queue[n]
+		if len(batch) > 0 && bytes+pc.size > maxBatchBytes {
+			break
+		}
+		n++
+		b.queued -= pc.size
+		// The reference and the batch are set before the call is taken,
+		// so that a caller who finds it taken can drop its reference.
+		sb.live.Add(1)
+		pc.batch = sb
+		if !pc.state.CompareAndSwap(pcQueued, pcTaken) {
+			sb.live.Add(-1) // gone
+			continue
+		}
+		batch = append(batch, pc)
+		bytes += pc.size
+	}
+	clear(b.queue[:n])
+	b.queue = b.queue[n:]
+	if len(b.queue) == 0 {
+		b.queue = nil
+	}
+	if len(batch) == 0 {
+		cancel()
+		return nil, nil
+	}
+	return batch, sb
+}
+
+// sendBatch sends batch as one CallBatch, hands each caller its result,
+// and goes on with what queued meanwhile.
+func (c *Client) sendBatch(e *endpoint, b *batcher, batch []*pendingCall, sb *sentBatch) {
+	for len(batch) > 0 {
+		in := &api.CallBatchRequest{Calls: make([]*api.InvokeRequest, len(batch))}
+		for i, pc := range batch {
+			in.Calls[i] = pc.req
+		}
+		sb.abandon() // built: from now on the callers alone keep it alive
+		a := newAttempt()
+		rep, err := e.store.CallBatch(context.WithValue(sb.ctx, attemptKey{}, a), in)
+		canceled := sb.ctx.Err() != nil
+		sb.cancel()
+		sent := a.sent.Load()
+		switch {
+		case err != nil && status.Code(err) == codes.Unimplemented && !canceled:
+			err = errNoBatch
+		case err == nil && len(rep.GetResults()) != len(batch):
+			err = fmt.Errorf("%w: CallBatch returned %d results for %d calls", ErrProtocol, len(rep.GetResults()), len(batch))
+		}
+		for i, pc := range batch {
+			pc.sent = sent
+			switch {
+			case err != nil:
+				pc.err = err
+			case rep.Results[i].GetReply() != nil:
+				pc.rep = rep.Results[i].GetReply()
+			default:
+				r := rep.Results[i]
+				code := codes.Code(r.GetCode())
+				if code == codes.OK {
+					code = codes.Internal // neither a reply nor an error
+				}
+				pc.err = status.Error(code, r.GetMessage())
+			}
+			close(pc.done)
+		}
+		b.mu.Lock()
+		batch, sb = b.take()
+		if len(batch) == 0 {
+			b.inflight--
+		}
+		b.mu.Unlock()
+	}
+}
