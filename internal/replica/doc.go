@@ -25,7 +25,9 @@
 // equals the tentative one. Weak operations become final the same way when
 // an entry commits them; a periodic strong no-op commits them in quiet
 // periods (Creek §4.4). Weak reads are answered locally and send nothing;
-// strong reads go through raft's ReadIndex and read the committed state.
+// strong reads go through raft's ReadIndex and read the committed state,
+// once it holds every operation the replica had received when the read
+// arrived (the read's causal context; a no-op entry commits them).
 //
 // Every view carries a Stamp: the raft index applied, the committed list's
 // length, the version vector of operations received and the stable time.

@@ -10,7 +10,7 @@ import (
 // HasReady reports whether Ready has anything.
 func (r *Replica) HasReady() bool {
 	return r.node.HasReady() || len(r.out.Messages) > 0 || len(r.out.Views) > 0 || len(r.out.Persist) > 0 ||
-		r.readsDue() || r.snapshotDue() || r.proposalsDue()
+		r.readsDue() || r.readNoop || r.snapshotDue() || r.proposalsDue()
 }
 
 // readsDue reports whether askReads would ask for a read index.
@@ -22,6 +22,12 @@ func (r *Replica) Ready() (Ready, error) {
 	r.askReads()
 	r.gossipNew()
 	r.proposeNew()
+	if r.readNoop {
+		// Strong reads wait for operations they follow to commit.
+		r.readNoop = false
+		r.lastNoop = r.ticks
+		r.proposeNoop()
+	}
 	if r.node.HasReady() {
 		rrd := r.node.Ready()
 		defer r.checkLeader()

@@ -23,6 +23,7 @@ type single struct {
 	own    []*Req
 	r      *Replica
 	stable int
+	views  []View
 	snaps  int
 }
 
@@ -75,6 +76,7 @@ func (s *single) drive() {
 				s.stable++
 			}
 		}
+		s.views = append(s.views, rd.Views...)
 		s.r.Advance(rd)
 		if err := s.r.CheckInvariants(); err != nil {
 			s.t.Fatal(err)
@@ -247,11 +249,57 @@ func TestStrongReadsShareOneReadIndex(t *testing.T) {
 	}
 	before := s.stable
 	s.drive()
-	if got := s.stable - before; got != n {
-		t.Fatalf("%d of %d strong reads answered", got, n)
+	// The reads follow the weak put, still tentative when they came: its
+	// final view comes too, from the one entry that committed it for them.
+	if got := s.stable - before; got != n+1 || len(s.r.reads) != 0 {
+		t.Fatalf("%d stable views for %d strong reads and the weak put they follow; %d reads wait", got, n, len(s.r.reads))
 	}
 	if got := s.r.nextBatch - batches; got != 1 {
 		t.Fatalf("%d ReadIndex requests for %d reads submitted together; want 1", got, n)
+	}
+}
+
+// A strong read sees the weak writes the replica had received when it
+// arrived, acknowledged by their preliminary view and not yet committed
+// (they are its causal context, Creek §3, as a strong update's): the read
+// commits them (one no-op entry) and is served after them. Reading the
+// committed state at the read index alone missed them.
+func TestStrongReadSeesWeakWritesItFollows(t *testing.T) {
+	s := newSingle(t, -1)
+	for i, v := range []string{"a", "b"} {
+		if err := s.r.Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Want: WantTentative,
+			Op: state.Op{Kind: state.OpPut, Key: "k", Value: []byte(v)}}); err != nil {
+			t.Fatal(err)
+		}
+		s.drive()
+	}
+	if s.r.committedVV.Covers(s.r.vv) {
+		t.Fatal("the weak puts committed before the read: the test needs them tentative")
+	}
+	s.views = nil
+	if err := s.r.Submit(ClientRequest{Client: 2, Seq: 1, Strong: true, Want: WantStable,
+		Op: state.Op{Kind: state.OpGet, Key: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.drive()
+	var got []View
+	for _, v := range s.views {
+		if v.Client == 2 {
+			got = append(got, v)
+		}
+	}
+	if len(got) != 1 || !got[0].Stable || !got[0].Result.Found || string(got[0].Result.Value) != "b" {
+		t.Fatalf("strong read after two acknowledged weak puts: %+v, want one stable view of \"b\"", got)
+	}
+	// Nothing tentative: the next read goes without a no-op entry.
+	last := s.r.applied
+	if err := s.r.Submit(ClientRequest{Client: 2, Seq: 2, Strong: true, Want: WantStable,
+		Op: state.Op{Kind: state.OpGet, Key: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.drive()
+	if s.r.applied != last || len(s.r.reads) != 0 {
+		t.Errorf("a strong read with nothing tentative applied %d entries, %d reads wait", s.r.applied-last, len(s.r.reads))
 	}
 }
 

@@ -190,6 +190,12 @@ type pendingRead struct {
 	tentative state.Result
 	sent      bool
 	index     uint64 // read index once known; 0 before
+	// ctx is the operations the replica had received when the read
+	// arrived, if some were uncommitted then (nil otherwise): the read is
+	// served once they are committed, so that it sees everything it
+	// causally follows, weak writes this replica acknowledged included
+	// (Creek §3: a strong operation's causal context).
+	ctx VV
 }
 
 // readBatch is one ReadIndex request for the strong reads submitted since
@@ -278,6 +284,9 @@ type Replica struct {
 	readBatches   map[uint64]*readBatch // by ReadIndex context id
 	nextBatch     uint64
 	lastNoop      int
+	// readNoop asks the next Ready for a no-op entry: a strong read waits
+	// for operations it follows to commit (submitRead).
+	readNoop bool
 	// bytesSinceSnap counts the entry bytes applied, snapTick the tick of
 	// the last snapshot (maybeSnapshot).
 	bytesSinceSnap int

@@ -59,7 +59,8 @@ func (r *Replica) Submit(cr ClientRequest) error {
 // submitRead serves a read-only request: a weak read executes at once on the
 // tentative state and sends nothing to peers (Creek §4.4); a strong read also
 // asks raft for a read index and answers from the committed state once the
-// replica has applied up to it.
+// replica has applied up to it and committed every operation it had
+// received when the read arrived (its causal context, as a strong update's).
 func (r *Replica) submitRead(cr ClientRequest) error {
 	if cr.Strong && len(r.reads) >= r.cfg.MaxPending {
 		return ErrBusy
@@ -79,7 +80,15 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 		return nil
 	}
 	r.nextRead++
-	r.reads[r.nextRead] = &pendingRead{req: cr, tentative: res, sent: sent}
+	pr := &pendingRead{req: cr, tentative: res, sent: sent}
+	if !r.committedVV.Covers(r.vv) {
+		// Operations it follows are still tentative here: commit them now
+		// (one no-op entry at the next Ready for all such reads) rather
+		// than at the periodic no-op.
+		pr.ctx = r.vv.Clone()
+		r.readNoop = true
+	}
+	r.reads[r.nextRead] = pr
 	r.unasked = append(r.unasked, r.nextRead)
 	return nil
 }
@@ -134,7 +143,7 @@ func (r *Replica) serveReads() {
 	// those, not every read still waiting for its index.
 	var due []uint64
 	for id, pr := range r.reads {
-		if pr.index != 0 && pr.index <= r.applied {
+		if pr.index != 0 && pr.index <= r.applied && (pr.ctx == nil || r.committedVV.Covers(pr.ctx)) {
 			due = append(due, id)
 		}
 	}

@@ -500,23 +500,22 @@ func TestClientBatchesUnderLoad(t *testing.T) {
 			}
 		}
 	}
-	// Weak puts and then weak gets at the same replica, which has executed
-	// the puts; strong puts and then strong gets. (A strong get reads the
-	// committed state at a read index, which holds an acknowledged weak put
-	// only once an entry committed it.)
+	// Weak puts, then strong gets, which see them (a strong read follows
+	// the weak writes its replica acknowledged before it); strong puts,
+	// then weak gets at the same replica, which has executed them.
 	for _, strong := range []bool{false, true} {
-		invoke := c.InvokeWeak
+		put, get := c.InvokeWeak, c.InvokeStrong
 		if strong {
-			invoke = c.InvokeStrong
+			put, get = c.InvokeStrong, c.InvokeWeak
 		}
 		run(func(i int) *correctable.Correctable[client.Result] {
-			return invoke(ctx, client.Put(fmt.Sprint("load/", strong, i), []byte(fmt.Sprint("v", i))))
+			return put(ctx, client.Put(fmt.Sprint("load/", strong, i), []byte(fmt.Sprint("v", i))))
 		}, func(int, client.Result) error { return nil })
 		run(func(i int) *correctable.Correctable[client.Result] {
-			return invoke(ctx, client.Get(fmt.Sprint("load/", strong, i)))
+			return get(ctx, client.Get(fmt.Sprint("load/", strong, i)))
 		}, func(i int, r client.Result) error {
 			if !r.Found || string(r.Value) != fmt.Sprint("v", i) {
-				return fmt.Errorf("get (strong %v) of an acknowledged put: %+v", strong, r)
+				return fmt.Errorf("get (strong put %v) of an acknowledged put: %+v", strong, r)
 			}
 			return nil
 		})
