@@ -21,3 +21,15 @@ const FencedMarker = "restarted, and catching up with its cluster before it take
 // replica. A ResourceExhausted without it (gRPC's own, e.g. a reply larger
 // than the client accepts) says nothing about whether the operation ran.
 const RefusedMarker = "refused before running it"
+
+// BatchFullMarker is in the message of the refusal (ResourceExhausted,
+// with RefusedMarker) a replica gives a read in a CallBatch whose reply
+// would take the batch's reply past MaxBatchReplyBytes: the read's result
+// is left out, and the client sends it again alone.
+const BatchFullMarker = "batch reply full: send it alone"
+
+// MaxBatchReplyBytes bounds the encoded results of one CallBatch reply,
+// as far as reads decide it: a read whose result would take the reply
+// past it is refused with BatchFullMarker. An update's result is always
+// returned (it ran), so a reply may pass the bound by the updates' results.
+const MaxBatchReplyBytes = 4 << 20

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -47,9 +50,16 @@ const (
 // errNoBatch: the endpoint answered CallBatch with Unimplemented.
 var errNoBatch = errors.New("client: CallBatch not implemented by the endpoint")
 
+// errBatchFull: the endpoint left a read's result out of a batch's reply
+// (api.BatchFullMarker); it ran nothing that matters, and goes again alone.
+var errBatchFull = errors.New("client: batch reply full")
+
 // batchKinds is the number of request kinds: the four flags of
-// InvokeRequest (preliminary, final, strong, no_confirmation).
-const batchKinds = 16
+// InvokeRequest (preliminary, final, strong, no_confirmation) and whether
+// the operation is a read (Get or Scan): a replica never holds a read back
+// as busy, while it may park an update (server.Config.BusyWait), and a
+// read must not wait behind one.
+const batchKinds = 32
 
 func batchKind(req *api.InvokeRequest) int {
 	k := 0
@@ -64,6 +74,10 @@ func batchKind(req *api.InvokeRequest) int {
 	}
 	if req.GetNoConfirmation() {
 		k |= 8
+	}
+	switch req.GetOp().GetKind() {
+	case api.Kind_KIND_GET, api.Kind_KIND_SCAN:
+		k |= 16
 	}
 	return k
 }
@@ -85,14 +99,18 @@ const (
 
 // pendingCall is one operation in a batcher's queue or in a batch.
 type pendingCall struct {
-	req   *api.InvokeRequest
-	size  int
-	state atomic.Int32
-	batch *sentBatch    // set when taken
-	done  chan struct{} // closed when rep, err and sent are set
-	rep   *api.ViewReply
-	err   error
-	sent  bool
+	req  *api.InvokeRequest
+	size int
+	// deadline is the caller's, if it has one: a batch whose callers all
+	// have one ends at the latest.
+	deadline    time.Time
+	hasDeadline bool
+	state       atomic.Int32
+	batch       *sentBatch    // set when taken
+	done        chan struct{} // closed when rep, err and sent are set
+	rep         *api.ViewReply
+	err         error
+	sent        bool
 }
 
 // sentBatch is one CallBatch in flight. cancel ends it once every caller
@@ -124,6 +142,7 @@ func (c *Client) batchedCall(ctx context.Context, e *endpoint, req *api.InvokeRe
 		return rep, sent, err
 	}
 	pc := &pendingCall{req: req, size: size, done: make(chan struct{})}
+	pc.deadline, pc.hasDeadline = ctx.Deadline()
 	b.queue = append(b.queue, pc)
 	b.queued += size
 	b.mu.Unlock()
@@ -131,6 +150,7 @@ func (c *Client) batchedCall(ctx context.Context, e *endpoint, req *api.InvokeRe
 	case <-pc.done:
 	case <-ctx.Done():
 		if pc.state.CompareAndSwap(pcQueued, pcGone) {
+			b.remove(pc)
 			return nil, false, context.Cause(ctx)
 		}
 		// Taken: the batch may have left; it ends once all its callers
@@ -138,21 +158,42 @@ func (c *Client) batchedCall(ctx context.Context, e *endpoint, req *api.InvokeRe
 		pc.batch.abandon()
 		return nil, true, context.Cause(ctx)
 	}
-	c.stats.bytesSent.Add(uint64(size))
-	tr.BytesSent += size
-	if pc.rep != nil {
-		n := proto.Size(pc.rep)
-		c.stats.bytesReceived.Add(uint64(n))
-		tr.BytesReceived += n
-	}
 	switch {
 	case pc.err == nil:
-	case pc.err == errNoBatch, errors.Is(pc.err, ErrProtocol):
+	case pc.err == errNoBatch:
 		return nil, pc.sent, pc.err
+	case pc.sent && isBatchFull(pc.err):
+		return nil, true, errBatchFull
 	default:
+		if pc.sent {
+			c.stats.bytesSent.Add(uint64(size))
+			tr.BytesSent += size
+		}
 		return nil, pc.sent, errorFromStatus(ctx, pc.err)
 	}
+	c.stats.bytesSent.Add(uint64(size))
+	tr.BytesSent += size
+	n := proto.Size(pc.rep)
+	c.stats.bytesReceived.Add(uint64(n))
+	tr.BytesReceived += n
 	return pc.rep, true, nil
+}
+
+// isBatchFull reports whether err is the refusal of a read left out of a
+// batch's reply (api.BatchFullMarker).
+func isBatchFull(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), api.BatchFullMarker)
+}
+
+// remove takes pc, whose caller gave up, out of the queue.
+func (b *batcher) remove(pc *pendingCall) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i := slices.Index(b.queue, pc); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+		b.queued -= pc.size
+	}
 }
 
 // batchDone is called when a call or batch in flight to e's batcher b
@@ -178,7 +219,20 @@ func (b *batcher) take() ([]*pendingCall, *sentBatch) {
 	if len(b.queue) == 0 {
 		return nil, nil
 	}
+	// The batch carries the latest of its callers' deadlines if each has
+	// one (the server then drops what is left of it at that time, as it
+	// drops a lone call past its deadline), none otherwise.
+	latest, all := time.Time{}, true
+	for _, pc := range b.queue[:min(len(b.queue), maxBatchCalls)] {
+		all = all && pc.hasDeadline
+		if pc.deadline.After(latest) {
+			latest = pc.deadline
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if all {
+		ctx, cancel = context.WithDeadline(context.Background(), latest)
+	}
 	sb := &sentBatch{ctx: ctx, cancel: cancel}
 	sb.live.Store(1)
 	var batch []*pendingCall

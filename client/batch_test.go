@@ -172,3 +172,70 @@ func TestCallBatchingOff(t *testing.T) {
 		t.Errorf("WithCallBatching(-1): %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestReadsDoNotQueueBehindUpdates: reads and updates queue apart, so a
+// weak get goes at once while the weak puts in flight are held (as a busy
+// replica parks updates) and more wait behind them.
+func TestReadsDoNotQueueBehindUpdates(t *testing.T) {
+	f := &fakeStore{prelim: resA, updateGate: make(chan struct{}), batch: true}
+	addr, _ := serve(t, f)
+	c := dial(t, []string{addr}, client.WithCallBatching(1))
+	var puts []*correctable.Correctable[client.Result]
+	for i := range 3 {
+		puts = append(puts, c.InvokeWeak(t.Context(), client.Put(fmt.Sprint("p", i), []byte("x"))))
+	}
+	waitFor(t, "the puts to be held or queued", func() bool { return len(f.requests()) == 1 && client.QueuedCalls(c) == 2 })
+	v, err := final(t, c.InvokeWeak(t.Context(), client.Get("k")))
+	if err != nil || string(v.Value.Value) != "alpha" {
+		t.Fatalf("weak get while puts are held: %+v %v", v, err)
+	}
+	close(f.updateGate)
+	for i, cr := range puts {
+		if _, err := final(t, cr); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	if got := f.batchSizes(); !slices.Equal(got, []int{2}) {
+		t.Errorf("batches %v, want one of the 2 queued puts", got)
+	}
+}
+
+// TestBatchCarriesTheLatestDeadline: a batch whose callers all have a
+// deadline carries the latest of them to the replica; one with a caller
+// without a deadline carries none.
+func TestBatchCarriesTheLatestDeadline(t *testing.T) {
+	for _, withNone := range []bool{false, true} {
+		f := &fakeStore{prelim: resA, gate: make(chan struct{}), batch: true}
+		deadlines := make(chan time.Time, 4)
+		f.onBatch = func(ctx context.Context) {
+			d, _ := ctx.Deadline()
+			deadlines <- d
+		}
+		addr, _ := serve(t, f)
+		c := dial(t, []string{addr}, client.WithCallBatching(1))
+		base := time.Now()
+		ctxs := []context.Context{}
+		for i := range 3 {
+			ctx, cancel := context.WithDeadline(t.Context(), base.Add(time.Duration(20+i*10)*time.Second))
+			defer cancel()
+			ctxs = append(ctxs, ctx)
+		}
+		if withNone {
+			ctxs[1] = t.Context()
+		}
+		held, queued := queueBehindHeldCall(t, f, c, 3, func(i int) context.Context { return ctxs[i] })
+		close(f.gate)
+		for _, cr := range append(queued, held) {
+			if _, err := final(t, cr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := <-deadlines
+		switch {
+		case withNone && !d.IsZero():
+			t.Errorf("a batch with a caller without a deadline carried %v", d)
+		case !withNone && (d.Before(base.Add(39*time.Second)) || d.After(base.Add(41*time.Second))):
+			t.Errorf("the batch's deadline is %v from the start, want the latest caller's, 40s", d.Sub(base))
+		}
+	}
+}

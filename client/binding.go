@@ -268,9 +268,12 @@ func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest
 	if c.cfg.batchInflight > 0 && !e.noBatch.Load() {
 		if size := proto.Size(req); size <= maxBatchedCall {
 			rep, sent, err = c.batchedCall(ctx, e, req, size, tr)
-			if err == errNoBatch {
+			switch err {
+			case errNoBatch:
 				e.noBatch.Store(true)
 				c.cfg.logger.Debug("client: endpoint does not implement CallBatch; sending calls one by one", "endpoint", e.addr)
+				rep, sent, err = c.unaryCall(ctx, e, req, tr)
+			case errBatchFull:
 				rep, sent, err = c.unaryCall(ctx, e, req, tr)
 			}
 		} else {

@@ -30,6 +30,9 @@ type fakeStore struct {
 	// gate, if set, holds every Invoke until it is closed (or the call
 	// ends), so that a test can attach to the Correctable first.
 	gate chan struct{}
+	// updateGate, if set, holds every operation that is not a Get the
+	// same way.
+	updateGate chan struct{}
 	// prelim is the preliminary view's result; final the final view's, or
 	// nil for a confirmation.
 	prelim, final *api.Result
@@ -47,6 +50,8 @@ type fakeStore struct {
 	// failKey, if set, makes Call refuse an operation on that key with
 	// InvalidArgument.
 	failKey string
+	// onBatch, if set, is called with each CallBatch's context.
+	onBatch func(context.Context)
 
 	mu       sync.Mutex
 	reqs     []*api.InvokeRequest
@@ -79,6 +84,13 @@ func (f *fakeStore) Invoke(req *api.InvokeRequest, stream grpc.ServerStreamingSe
 	f.mu.Lock()
 	f.reqs = append(f.reqs, req)
 	f.mu.Unlock()
+	if f.updateGate != nil && req.GetOp().GetKind() != api.Kind_KIND_GET {
+		select {
+		case <-f.updateGate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if f.gate != nil {
 		select {
 		case <-f.gate:
@@ -141,6 +153,9 @@ func (f *fakeStore) Call(ctx context.Context, req *api.InvokeRequest) (*api.View
 func (f *fakeStore) CallBatch(ctx context.Context, in *api.CallBatchRequest) (*api.CallBatchReply, error) {
 	if !f.batch {
 		return nil, status.Error(codes.Unimplemented, "unknown method CallBatch for service correctables.v1.Store")
+	}
+	if f.onBatch != nil {
+		f.onBatch(ctx)
 	}
 	f.mu.Lock()
 	f.batches = append(f.batches, len(in.GetCalls()))

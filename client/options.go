@@ -132,7 +132,12 @@ func WithoutConfirmations() Option { return func(c *config) { c.noConfirm = true
 // nothing while fewer are in flight, and under heavy load saves both the
 // client and the replicas most of each call's cost. 0 turns it off: every
 // operation is its own call. Operations that ask for both views (Invoke)
-// are never batched.
+// are never batched, nor a request over 64 KiB. Reads and updates queue
+// apart, so that a read never waits behind an update a busy replica holds
+// back. A batch carries the latest of its operations' deadlines (none if
+// one of them has none), and none of their contexts' outgoing gRPC
+// metadata: use WithCallBatching(0) if an interceptor of yours needs
+// per-operation metadata.
 func WithCallBatching(inflight int) Option {
 	return func(c *config) { c.batchInflight, c.batchSet = inflight, true }
 }

@@ -27,7 +27,8 @@
 // periods (Creek §4.4). Weak reads are answered locally and send nothing;
 // strong reads go through raft's ReadIndex and read the committed state,
 // once it holds every operation the replica had received when the read
-// arrived (the read's causal context; a no-op entry commits them).
+// arrived (the read's causal context; its own weak ones are proposed at
+// once).
 //
 // Every view carries a Stamp: the raft index applied, the committed list's
 // length, the version vector of operations received and the stable time.

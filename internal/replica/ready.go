@@ -23,10 +23,14 @@ func (r *Replica) Ready() (Ready, error) {
 	r.gossipNew()
 	r.proposeNew()
 	if r.readNoop {
-		// Strong reads wait for operations they follow to commit.
+		// Strong reads wait for the operations they follow to commit:
+		// propose this replica's own weak ones now. Strong ones are
+		// proposed by their origins already, and others' weak ones by
+		// theirs (within NoopTicks, or the stale rule's 4*NoopTicks if
+		// their origin is down): proposing those here would put them in
+		// the log twice.
 		r.readNoop = false
-		r.lastNoop = r.ticks
-		r.proposeNoop()
+		r.proposeOwn()
 	}
 	if r.node.HasReady() {
 		rrd := r.node.Ready()

@@ -284,8 +284,8 @@ type Replica struct {
 	readBatches   map[uint64]*readBatch // by ReadIndex context id
 	nextBatch     uint64
 	lastNoop      int
-	// readNoop asks the next Ready for a no-op entry: a strong read waits
-	// for operations it follows to commit (submitRead).
+	// readNoop asks the next Ready to propose the own weak operations no
+	// entry carries yet: a strong read waits for them (submitRead).
 	readNoop bool
 	// bytesSinceSnap counts the entry bytes applied, snapTick the tick of
 	// the last snapshot (maybeSnapshot).

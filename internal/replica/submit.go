@@ -82,9 +82,9 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 	r.nextRead++
 	pr := &pendingRead{req: cr, tentative: res, sent: sent}
 	if !r.committedVV.Covers(r.vv) {
-		// Operations it follows are still tentative here: commit them now
-		// (one no-op entry at the next Ready for all such reads) rather
-		// than at the periodic no-op.
+		// Operations it follows are still tentative here: the next Ready
+		// proposes this replica's own weak ones (one entry for all such
+		// reads) rather than leave them to the periodic no-op.
 		pr.ctx = r.vv.Clone()
 		r.readNoop = true
 	}

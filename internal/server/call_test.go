@@ -528,3 +528,68 @@ func TestClientBatchesUnderLoad(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestCallBatchBoundsItsReply: reads whose results would take a batch's
+// reply past api.MaxBatchReplyBytes are refused with api.BatchFullMarker
+// (and RefusedMarker), and the client sends them again alone: with a
+// client that accepts replies of 4 MiB, as gRPC's default, concurrent
+// weak gets of a 900 KiB value all succeed, batched or not.
+func TestCallBatchBoundsItsReply(t *testing.T) {
+	servers := startCluster(t, 3, func(uint64) Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := dial(t, servers[0].ClientAddr())
+	strongPutUntilFinal(ctx, t, c, 2*time.Second)
+	big := string(make([]byte, 900<<10))
+	if _, err := c.Call(ctx, &api.InvokeRequest{Op: put("big", big), Preliminary: true}); err != nil {
+		t.Fatal(err)
+	}
+	in := &api.CallBatchRequest{}
+	for range 6 {
+		in.Calls = append(in.Calls, &api.InvokeRequest{Op: getOp("big"), Preliminary: true})
+	}
+	in.Calls = append(in.Calls, &api.InvokeRequest{Op: put("small", "v"), Preliminary: true})
+	rep, err := c.CallBatch(ctx, in, grpc.MaxCallRecvMsgSize(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := 0
+	for i, r := range rep.GetResults() {
+		switch {
+		case r.GetReply() != nil:
+			if i < 6 && len(r.GetReply().GetResult().GetValue()) != len(big) {
+				t.Errorf("result %d: %d bytes", i, len(r.GetReply().GetResult().GetValue()))
+			}
+		case codes.Code(r.GetCode()) == codes.ResourceExhausted && strings.Contains(r.GetMessage(), api.BatchFullMarker) &&
+			strings.Contains(r.GetMessage(), api.RefusedMarker):
+			full++
+		default:
+			t.Errorf("result %d: %v", i, r)
+		}
+	}
+	if full != 2 || rep.GetResults()[6].GetReply() == nil || proto.Size(rep) > api.MaxBatchReplyBytes+1024 {
+		t.Errorf("%d reads refused as over the reply's bound (want 2 of 6 reads of 900 KiB), the put's result %v, reply %d bytes",
+			full, rep.GetResults()[6], proto.Size(rep))
+	}
+
+	var rc rpcCounter
+	cl, err := client.Dial(ctx, []string{servers[0].ClientAddr()}, rc.option(), client.WithCallBatching(1),
+		client.WithDialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var crs []*correctable.Correctable[client.Result]
+	for range 20 {
+		crs = append(crs, cl.InvokeWeak(ctx, client.Get("big")))
+	}
+	for i, cr := range crs {
+		v, err := cr.Final(ctx)
+		if err != nil || len(v.Value.Value) != len(big) {
+			t.Fatalf("weak get %d of the 900 KiB value: %d bytes, %v", i, len(v.Value.Value), err)
+		}
+	}
+	if st := cl.Stats(); st.Failed != 0 || st.Failovers != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -18,6 +18,9 @@ var (
 	ErrInvalidRequest = errors.New("server: invalid request")
 	// ErrOverloaded: too many requests in flight.
 	ErrOverloaded = errors.New("server: too many requests in flight")
+	// ErrBatchFull: a read in a CallBatch whose result would take the
+	// reply past api.MaxBatchReplyBytes; its result is left out.
+	ErrBatchFull = errors.New("server: " + api.BatchFullMarker)
 	// ErrStopped: the server is shutting down.
 	ErrStopped = errors.New("server: stopped")
 	// ErrResultLost: the operation committed, but its stable result was not
@@ -35,6 +38,7 @@ var statusTable = []struct {
 	{ErrInvalidRequest, codes.InvalidArgument},
 	{replica.ErrInvalidOp, codes.InvalidArgument},
 	{ErrOverloaded, codes.ResourceExhausted},
+	{ErrBatchFull, codes.ResourceExhausted},
 	{replica.ErrBusy, codes.ResourceExhausted},
 	{ErrStopped, codes.Unavailable},
 	{replica.ErrDraining, codes.Unavailable},

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/driver"
@@ -822,6 +823,7 @@ func (s *Server) CallBatch(ctx context.Context, in *api.CallBatchRequest) (*api.
 		}
 		calls[i] = c
 	}
+	replyBytes := 0
 	for i, c := range calls {
 		if c == nil {
 			continue
@@ -832,6 +834,14 @@ func (s *Server) CallBatch(ctx context.Context, in *api.CallBatchRequest) (*api.
 			out.Results[i] = errorResult(err)
 			continue
 		}
+		n := proto.Size(rep)
+		if replyBytes+n > api.MaxBatchReplyBytes && c.req.cr.Op.ReadOnly() {
+			// A read's result is as good as never read: the client sends it
+			// again alone, so that no call fails for its neighbours' size.
+			out.Results[i] = errorResult(fmt.Errorf("%w (%d bytes after %d)", ErrBatchFull, n, replyBytes))
+			continue
+		}
+		replyBytes += n
 		out.Results[i] = &api.CallResult{Reply: rep}
 	}
 	return out, nil
