@@ -24,7 +24,10 @@
 // view's value. For one view (InvokeWeak, InvokeStrong) it is the unary
 // Store.Call, which costs both ends less than a stream; an endpoint that
 // answers Call with Unimplemented (a replica older than Call) gets Invoke
-// from then on. Every view carries the replica's Stamp (StampOf).
+// from then on. Under load, single-view operations that queue behind the
+// calls in flight to a replica go together as one Store.CallBatch, each
+// with its own view or error (WithCallBatching). Every view carries the
+// replica's Stamp (StampOf).
 //
 // The Client is a correctable.Binding[Op, Result], so everything in package
 // correctable (Speculate, Then, All, FirstAtLeast, ...) applies. Result is
