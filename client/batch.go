@@ -29,8 +29,8 @@ import (
 // batched call only once that call's view is ready, durable where the
 // view says so.
 //
-// Calls are queued by kind (the request's view and protocol flags), so
-// that a weak update never waits behind a strong one.
+// Calls are queued by kind (batchKind), so that a weak update never waits
+// behind a strong one, nor a read behind an update.
 
 // Batching limits.
 const (
@@ -86,7 +86,6 @@ func batchKind(req *api.InvokeRequest) int {
 type batcher struct {
 	mu       sync.Mutex
 	queue    []*pendingCall
-	queued   int // encoded bytes of queue
 	inflight int // calls and batches in flight
 }
 
@@ -144,7 +143,6 @@ func (c *Client) batchedCall(ctx context.Context, e *endpoint, req *api.InvokeRe
 	pc := &pendingCall{req: req, size: size, done: make(chan struct{})}
 	pc.deadline, pc.hasDeadline = ctx.Deadline()
 	b.queue = append(b.queue, pc)
-	b.queued += size
 	b.mu.Unlock()
 	select {
 	case <-pc.done:
@@ -192,7 +190,6 @@ func (b *batcher) remove(pc *pendingCall) {
 	defer b.mu.Unlock()
 	if i := slices.Index(b.queue, pc); i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)
-		b.queued -= pc.size
 	}
 }
 
@@ -243,7 +240,6 @@ func (b *batcher) take() ([]*pendingCall, *sentBatch) {
 			break
 		}
 		n++
-		b.queued -= pc.size
 		// The reference and the batch are set before the call is taken,
 		// so that a caller who finds it taken can drop its reference.
 		sb.live.Add(1)

@@ -265,21 +265,18 @@ var errNoCall = errors.New("client: Call not implemented by the endpoint")
 // stats and trace fields, the same protocol checks.
 func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
 	var rep *api.ViewReply
+	alone := true
 	if c.cfg.batchInflight > 0 && !e.noBatch.Load() {
 		if size := proto.Size(req); size <= maxBatchedCall {
 			rep, sent, err = c.batchedCall(ctx, e, req, size, tr)
-			switch err {
-			case errNoBatch:
+			if err == errNoBatch {
 				e.noBatch.Store(true)
 				c.cfg.logger.Debug("client: endpoint does not implement CallBatch; sending calls one by one", "endpoint", e.addr)
-				rep, sent, err = c.unaryCall(ctx, e, req, tr)
-			case errBatchFull:
-				rep, sent, err = c.unaryCall(ctx, e, req, tr)
 			}
-		} else {
-			rep, sent, err = c.unaryCall(ctx, e, req, tr)
+			alone = err == errNoBatch || err == errBatchFull
 		}
-	} else {
+	}
+	if alone {
 		rep, sent, err = c.unaryCall(ctx, e, req, tr)
 	}
 	if err != nil {

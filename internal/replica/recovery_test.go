@@ -261,9 +261,9 @@ func TestStrongReadsShareOneReadIndex(t *testing.T) {
 
 // A strong read sees the weak writes the replica had received when it
 // arrived, acknowledged by their preliminary view and not yet committed
-// (they are its causal context, Creek §3, as a strong update's): the read
-// commits them (one no-op entry) and is served after them. Reading the
-// committed state at the read index alone missed them.
+// (they are its causal context, Creek §3, as a strong update's): the
+// replica proposes them in an entry at once and serves the read after them.
+// Reading the committed state at the read index alone missed them.
 func TestStrongReadSeesWeakWritesItFollows(t *testing.T) {
 	s := newSingle(t, -1)
 	for i, v := range []string{"a", "b"} {
@@ -291,7 +291,7 @@ func TestStrongReadSeesWeakWritesItFollows(t *testing.T) {
 	if len(got) != 1 || !got[0].Stable || !got[0].Result.Found || string(got[0].Result.Value) != "b" {
 		t.Fatalf("strong read after two acknowledged weak puts: %+v, want one stable view of \"b\"", got)
 	}
-	// Nothing tentative: the next read goes without a no-op entry.
+	// Nothing tentative: the next read goes without an entry.
 	last := s.r.applied
 	if err := s.r.Submit(ClientRequest{Client: 2, Seq: 2, Strong: true, Want: WantStable,
 		Op: state.Op{Kind: state.OpGet, Key: "k"}}); err != nil {
