@@ -21,8 +21,10 @@ import (
 //
 // With QuorumReads, the stronger level of a read is a quorum read
 // (InvokeQuorum: the freshest of a majority's tentative states, no
-// consensus) rather than a strong one: the paper's ONE/QUORUM pair for
-// reads. Updates keep the strong level.
+// consensus) rather than a strong one; with QuorumWrites, the stronger
+// level of an update is a quorum write (InvokeQuorum: weak, acknowledged
+// once a majority has received it). With both, the two levels are the
+// paper's ONE and QUORUM.
 //
 // It also implements the paper's comparator, artificial delays (CPQ §1,
 // §3.2): a client-side delay before every weak read, which gives the
@@ -36,6 +38,7 @@ type CPQ struct {
 	readP, writeP atomic.Uint64 // math.Float64bits
 	readDelay     atomic.Int64  // nanoseconds
 	quorumReads   bool
+	quorumWrites  bool
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -54,6 +57,9 @@ type CPQConfig struct {
 	// QuorumReads makes the stronger level of a read a quorum read
 	// (InvokeQuorum) instead of a strong one (InvokeStrong).
 	QuorumReads bool
+	// QuorumWrites makes the stronger level of an update a quorum write
+	// (InvokeQuorum) instead of a strong one (InvokeStrong).
+	QuorumWrites bool
 }
 
 // MaxReadDelay bounds CPQConfig.ReadDelay.
@@ -86,7 +92,7 @@ func NewCPQ(cfg CPQConfig) (*CPQ, error) {
 	if err := checkDelay(cfg.ReadDelay); err != nil {
 		return nil, err
 	}
-	p := &CPQ{rng: rand.New(rand.NewPCG(cfg.Seed, 0x43505121)), quorumReads: cfg.QuorumReads}
+	p := &CPQ{rng: rand.New(rand.NewPCG(cfg.Seed, 0x43505121)), quorumReads: cfg.QuorumReads, quorumWrites: cfg.QuorumWrites}
 	p.readP.Store(math.Float64bits(cfg.ReadP))
 	p.writeP.Store(math.Float64bits(cfg.WriteP))
 	p.readDelay.Store(int64(cfg.ReadDelay))
@@ -116,6 +122,10 @@ func (p *CPQ) SetP(read, write float64) error {
 // QuorumReads reports whether the stronger level of a read is a quorum read.
 func (p *CPQ) QuorumReads() bool { return p.quorumReads }
 
+// QuorumWrites reports whether the stronger level of an update is a quorum
+// write.
+func (p *CPQ) QuorumWrites() bool { return p.quorumWrites }
+
 // ReadDelay returns the artificial delay before weak reads.
 func (p *CPQ) ReadDelay() time.Duration { return time.Duration(p.readDelay.Load()) }
 
@@ -131,7 +141,7 @@ func (p *CPQ) SetReadDelay(d time.Duration) error {
 }
 
 // Choose draws the level of one operation: the stronger level (strong, or
-// quorum for a read with QuorumReads), or weak after delay (non-zero only
+// quorum for a read with QuorumReads and an update with QuorumWrites), or weak after delay (non-zero only
 // for a weak read).
 func (p *CPQ) Choose(op Op) (strong bool, delay time.Duration) {
 	prob := math.Float64frombits(p.writeP.Load())
@@ -152,13 +162,14 @@ func (p *CPQ) Choose(op Op) (strong bool, delay time.Duration) {
 
 // InvokeCPQ runs op at the level p draws for it (see CPQ) and returns its
 // one view: a strongly consistent view at correctable.Strong (a quorum
-// read's view at Quorum for a read with QuorumReads), or the weak view at
+// view at Quorum for a read with QuorumReads or an update with
+// QuorumWrites), or the weak view at
 // correctable.Eventual after p's read delay for a weak read. The view's
 // Elapsed includes the delay.
 func (c *Client) InvokeCPQ(ctx context.Context, op Op, p *CPQ) *correctable.Correctable[Result] {
 	strong, delay := p.Choose(op)
 	switch {
-	case strong && p.quorumReads && op.ReadOnly():
+	case strong && p.quorumReads && op.ReadOnly(), strong && p.quorumWrites && !op.ReadOnly():
 		return c.InvokeQuorum(ctx, op)
 	case strong:
 		return c.InvokeStrong(ctx, op)

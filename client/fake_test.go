@@ -42,6 +42,8 @@ type fakeStore struct {
 	script func(*api.InvokeRequest, grpc.ServerStreamingServer[api.ViewReply]) error
 	// statusFail makes Status fail while set.
 	statusFail atomic.Bool
+	// statusVV, if set, gives Status's version vector.
+	statusVV func() map[uint64]uint64
 	// noCall makes Call Unimplemented, like a replica older than Call.
 	noCall bool
 	// batch makes CallBatch answer each call as Call does; without it
@@ -73,7 +75,11 @@ func (f *fakeStore) Status(ctx context.Context, _ *api.StatusRequest) (*api.Stat
 	if f.statusFail.Load() {
 		return nil, errUnavailable
 	}
-	return &api.StatusReply{Id: f.id}, nil
+	rep := &api.StatusReply{Id: f.id}
+	if f.statusVV != nil {
+		rep.Vv = f.statusVV()
+	}
+	return rep, nil
 }
 
 func (f *fakeStore) Invoke(req *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {

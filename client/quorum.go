@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/correctables/correctables/api"
+
 	"github.com/correctables/correctables/correctable"
 )
 
@@ -21,53 +23,72 @@ var Quorum = correctable.NewLevel("quorum", 150)
 // quorumLevels is what the quorum binding's Levels returns; never modified.
 var quorumLevels = []correctable.Level{Quorum}
 
-// InvokeQuorum runs the read-only op (Get, Scan, a Txn without writes) as a
-// quorum read and returns its one view, at level Quorum. The read is the
-// weak protocol sent to a majority of the Client's endpoints at once, the
-// nearest healthy ones (an endpoint that is unavailable is replaced by the
-// next). Their answers' stamps say which operations each replica had
-// received (version vectors):
+// InvokeQuorum runs op at the quorum level and returns its one view, at
+// level Quorum: for a read-only op (Get, Scan, a Txn without writes) a
+// quorum read, for an update a quorum write. Continuous Partial Quorums
+// (SCDM'15) §1 calls the pair QUORUM; with both, a quorum read includes
+// every quorum write that completed before it started (two majorities share
+// a replica).
+//
+// A quorum read is the weak protocol sent to a majority of the Client's
+// endpoints at once, the nearest healthy ones (an endpoint that is
+// unavailable is replaced by the next). Their answers' stamps say which
+// operations each replica had received (version vectors):
 //
 //   - if one answer's version vector covers every other's, the read returns
 //     it (among several such, the one with the longest committed order,
 //     then the nearest);
 //   - otherwise (each had received operations the others had not, the usual
-//     case under concurrent updates at several replicas), the read asks the
-//     nearest of them again, with a short backoff, until its answer covers
-//     the union of the answers' version vectors, and returns that answer.
-//     Gossip brings the missing operations: on a WAN the nearest replica
-//     usually has them by the time the farther answers arrive.
+//     case under concurrent updates at several replicas), the read asks
+//     every replica that answered again, with a short backoff, until one's
+//     answer covers the union of the first answers' version vectors, and
+//     returns the first such answer. Gossip brings the missing operations;
+//     asking every replica of the majority, not only the nearest, keeps one
+//     slow link (a retransmission on a lossy network) off the read's path.
 //
 // Either way the view is one replica's tentative state that includes every
 // operation any replica of the majority had received when it answered. So
 // it includes every update that a majority of the replicas had received
-// before the read started (two majorities share a replica), and everything
-// a weak read of the nearest replica would have seen. It is no raft round:
-// it costs one round trip to the farthest replica of the nearest majority,
-// and the wait for the nearest to catch up when the states differ.
-// Continuous Partial Quorums (SCDM'15) §1 calls such a read QUORUM.
+// before the read started, and everything a weak read of the nearest
+// replica would have seen. It is no raft round: it costs one round trip to
+// the farthest replica of the nearest majority, and the wait for one of
+// them to catch up when the states differ.
 //
-// What it does not promise: it is not linearizable. An update counts as
-// received where gossip or a committed raft entry has brought it; an update
-// is acknowledged earlier than a majority receives it, a weak update once
-// its origin has it and a strong update once raft has committed it, which
-// is when it is in a majority's logs, not yet necessarily applied there. So
-// a quorum read that starts after an update completed may miss it, and two
-// quorum reads may order concurrent updates differently (the views are
+// A quorum write is the weak protocol at the nearest replica (with the
+// failover of InvokeWeak), which gossips the update to the others at once;
+// the write then asks the other endpoints' Status, all at once and again
+// with a short backoff, until enough of them have received it that a
+// majority of the endpoints has (the origin counts). Its view is the weak
+// view, at level Quorum. Like a Cassandra write at QUORUM, it costs one
+// round trip more than a weak write and no consensus: the update's place in
+// the committed order is fixed later, as for any weak update. If ctx ends
+// before a majority has received it, the write fails with ctx's error; it
+// was accepted by its origin all the same and will reach the others when
+// they can hear from it, so retrying a write that failed this way may apply
+// it twice.
+//
+// What the level does not promise: it is not linearizable. A weak update is
+// acknowledged once its origin has it, and a strong update counts as
+// received once a committed raft entry has brought it, which is when it is
+// in a majority's logs, not yet necessarily applied there; so a quorum read
+// that starts after such an update completed may miss it (after a quorum
+// write it does not), and
+// two quorum reads may order concurrent updates differently (the views are
 // tentative states). The majority is of the endpoints the Client was
-// dialled with: give it every replica's endpoint. If the nearest replica
-// stops receiving from the others, the read waits for it until ctx ends.
+// dialled with: give it every replica's endpoint. If no replica of the
+// majority catches up (they stopped receiving from the others), the read
+// waits until ctx ends.
 //
-// A non-read-only op fails with ErrInvalidArgument; with fewer endpoints
-// answering than a majority the read fails with ErrUnavailable.
+// With fewer endpoints answering than a majority, a read fails with
+// ErrUnavailable; an op the server refuses fails as it would weakly.
 func (c *Client) InvokeQuorum(ctx context.Context, op Op) *correctable.Correctable[Result] {
-	return correctable.Invoke(ctx, quorumRead{c}, op)
+	return correctable.Invoke(ctx, quorumOp{c}, op)
 }
 
-// quorumRead is the binding behind InvokeQuorum.
-type quorumRead struct{ c *Client }
+// quorumOp is the binding behind InvokeQuorum.
+type quorumOp struct{ c *Client }
 
-func (b quorumRead) Levels() []correctable.Level { return quorumLevels }
+func (b quorumOp) Levels() []correctable.Level { return quorumLevels }
 
 // quorumAnswer is one replica's answer to a quorum read.
 type quorumAnswer struct {
@@ -78,18 +99,20 @@ type quorumAnswer struct {
 	err   error
 }
 
-func (b quorumRead) Submit(ctx context.Context, op Op, levels []correctable.Level, emit correctable.Emitter[Result]) error {
+func (b quorumOp) Submit(ctx context.Context, op Op, levels []correctable.Level, emit correctable.Emitter[Result]) error {
 	c := b.c
-	if !op.ReadOnly() {
-		return fmt.Errorf("client: %v: %w: a quorum read is for read-only operations", op, ErrInvalidArgument)
-	}
 	start := time.Now()
 	c.stats.ops.Add(1)
 	tr := OpTrace{Op: op}
 	if c.cfg.recorder != nil {
 		emit = c.cfg.recorder.traceEmitter(op, traceStart(ctx), Quorum, emit)
 	}
-	err := c.quorum(ctx, op, emit, &tr)
+	var err error
+	if op.ReadOnly() {
+		err = c.quorum(ctx, op, emit, &tr)
+	} else {
+		err = c.quorumWrite(ctx, op, emit, &tr)
+	}
 	if err != nil && ctx.Err() == nil {
 		c.stats.failed.Add(1)
 	}
@@ -178,41 +201,179 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	best := got[0]
 	if i := coversAll(stamps); i >= 0 {
 		best = got[i]
-	} else {
-		// Wait for the nearest to have received what any of them had.
-		union := unionVV(stamps)
-		backoff := 500 * time.Microsecond
-		for {
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fmt.Errorf("client: %v: quorum read: waiting for %s to catch up: %w", op, best.e.addr, context.Cause(ctx))
-			case <-t.C:
-			}
-			backoff = min(2*backoff, 20*time.Millisecond)
-			var t2 OpTrace
-			a := quorumAnswer{e: best.e}
-			_, _, err := c.invokeAt(ctx, best.e, req, ls, func(v correctable.View[Result]) error {
-				a.view = v
-				return nil
-			}, &t2)
-			tr.Attempts++
-			if err != nil {
-				return fmt.Errorf("client: %v at %s: quorum read: %w", op, best.e.addr, err)
-			}
-			a.stamp, _ = StampOf(a.view)
-			if a.stamp.Covers(Stamp{VV: union}) {
-				best = a
-				break
-			}
-		}
+	} else if best, err = c.catchUp(ctx, op, req, ls, got, Stamp{VV: unionVV(stamps)}, tr); err != nil {
+		return err
 	}
 	tr.Endpoint = best.e.addr
 	v := best.view
 	v.Level, v.Final, v.Elapsed, v.Confirmed = Quorum, false, 0, false
 	if err := emit(v); err != nil && !errors.Is(err, correctable.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	return nil
+}
+
+// catchUp asks every replica that answered a quorum read again, each with
+// its own backoff, until one answers with a state that covers want (the
+// union of the first answers' version vectors), and returns the first such
+// answer. A replica that fails stops being asked; the read fails once none
+// is left, or when ctx ends.
+func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls levelSet, got []quorumAnswer, want Stamp, tr *OpTrace) (quorumAnswer, error) {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the polls not waited for
+	answers := make(chan quorumAnswer, len(got))
+	for _, g := range got {
+		go func() {
+			backoff := quorumPollBackoff
+			for {
+				t := time.NewTimer(backoff)
+				select {
+				case <-pctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				backoff = min(2*backoff, quorumPollMax)
+				var t2 OpTrace
+				a := quorumAnswer{pos: g.pos, e: g.e}
+				_, _, a.err = c.invokeAt(pctx, g.e, req, ls, func(v correctable.View[Result]) error {
+					a.view = v
+					return nil
+				}, &t2)
+				if a.err == nil {
+					a.stamp, _ = StampOf(a.view)
+					if !a.stamp.Covers(want) {
+						continue
+					}
+				}
+				select {
+				case answers <- a:
+				case <-pctx.Done():
+				}
+				return
+			}
+		}()
+	}
+	var errs []error
+	for left := len(got); left > 0; left-- {
+		select {
+		case <-ctx.Done():
+			return quorumAnswer{}, fmt.Errorf("client: %v: quorum read: waiting for a replica of the majority to receive what the others had: %w", op, context.Cause(ctx))
+		case a := <-answers:
+			tr.Attempts++
+			if a.err == nil {
+				return a, nil
+			}
+			errs = append(errs, fmt.Errorf("client: %v at %s: quorum read: %w", op, a.e.addr, a.err))
+		}
+	}
+	return quorumAnswer{}, errors.Join(errs...)
+}
+
+// quorumPollBackoff and quorumPollMax space the repeated asks of a quorum
+// read that waits for a replica to catch up and of a quorum write that
+// waits for a majority to receive it: the first after quorumPollBackoff,
+// each next twice as late, up to quorumPollMax apart.
+const (
+	quorumPollBackoff = 250 * time.Microsecond
+	quorumPollMax     = 10 * time.Millisecond
+)
+
+// quorumWrite runs the update op weakly at the nearest replica, then waits
+// until a majority of the endpoints has received it (see InvokeQuorum).
+func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitter[Result], tr *OpTrace) error {
+	var view correctable.View[Result]
+	viewed := false
+	if err := c.run(ctx, op, []correctable.Level{correctable.Eventual}, false, func(v correctable.View[Result]) error {
+		view, viewed = v, true
+		return nil
+	}, tr); err != nil {
+		return err
+	}
+	st, ok := StampOf(view)
+	if !viewed || !ok || st.Op.IsZero() {
+		return fmt.Errorf("client: %v at %s: %w: a weak update's view without its operation id", op, tr.Endpoint, ErrProtocol)
+	}
+	origin := tr.Endpoint
+	route := c.route()
+	need := len(route)/2 + 1 - 1 // the origin has it
+	if need > 0 {
+		if err := c.awaitReceived(ctx, op, st.Op, origin, route, need, tr); err != nil {
+			return err
+		}
+	}
+	view.Level, view.Final, view.Elapsed, view.Confirmed = Quorum, false, 0, false
+	if err := emit(view); err != nil && !errors.Is(err, correctable.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	return nil
+}
+
+// awaitReceived asks the Status of every endpoint but origin's, each with
+// its own backoff, until need of them report that they have received the
+// operation id (their version vector includes it).
+func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin string, route []*endpoint, need int, tr *OpTrace) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type receipt struct {
+		e   *endpoint
+		err error
+	}
+	receipts := make(chan receipt, len(route))
+	asked := 0
+	for _, e := range route {
+		if e.addr == origin {
+			continue
+		}
+		asked++
+		go func() {
+			backoff := quorumPollBackoff
+			for first := true; ; first = false {
+				if !first {
+					t := time.NewTimer(backoff)
+					select {
+					case <-pctx.Done():
+						t.Stop()
+						return
+					case <-t.C:
+					}
+					backoff = min(2*backoff, quorumPollMax)
+				}
+				rep, err := e.store.Status(pctx, &api.StatusRequest{})
+				if pctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					receipts <- receipt{e, errorFromStatus(pctx, err)}
+					return
+				}
+				if rep.GetId() != id.Origin && rep.GetVv()[id.Origin] >= id.Seq {
+					receipts <- receipt{e, nil}
+					return
+				}
+			}
+		}()
+	}
+	var errs []error
+	for left := asked; need > 0; left-- {
+		if left < need {
+			return fmt.Errorf("client: %v: quorum write of operation %d:%d: %d more of the %d endpoints must receive it, %d can answer: %w: %w",
+				op, id.Origin, id.Seq, need, len(route), left, ErrUnavailable, errors.Join(errs...))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("client: %v: quorum write of operation %d:%d, accepted at %s: waiting for %d more replicas to receive it: %w", op, id.Origin, id.Seq, origin, need, context.Cause(ctx))
+		case r := <-receipts:
+			tr.Attempts++
+			if r.err == nil {
+				need--
+				continue
+			}
+			if errors.Is(r.err, ErrUnavailable) {
+				c.markDown(r.e, r.err)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", r.e.addr, r.err))
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -58,11 +59,6 @@ func TestQuorumReadAsksAMajority(t *testing.T) {
 		t.Fatalf("trace %+v, want one read of %q", got, "new")
 	}
 
-	// Updates are refused.
-	if _, err := final(t, cl.InvokeQuorum(t.Context(), client.Put("k", []byte("v")))); !errors.Is(err, client.ErrInvalidArgument) {
-		t.Fatalf("quorum put: %v, want ErrInvalidArgument", err)
-	}
-
 	// b gone: the read asks c instead.
 	srvB.Stop()
 	v, err := final(t, cl.InvokeQuorum(t.Context(), client.Get("k")))
@@ -77,6 +73,76 @@ func TestQuorumReadAsksAMajority(t *testing.T) {
 	two := dial(t, []string{addrA, deadAddr(t)})
 	if _, err := final(t, two.InvokeQuorum(t.Context(), client.Get("k"))); !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("one of two endpoints: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestQuorumWriteWaitsForAMajority: a quorum write returns once the origin
+// and one more of three replicas have received it (Continuous Partial
+// Quorums §1: QUORUM), fails with the context's error while no other
+// replica has, and with ErrUnavailable when none can answer.
+func TestQuorumWriteWaitsForAMajority(t *testing.T) {
+	var writtenAt atomic.Int64 // when a took the write (UnixNano), 0 before
+	a := &fakeStore{id: 1, prelim: &api.Result{Ok: true}}
+	a.script = func(req *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {
+		writtenAt.CompareAndSwap(0, time.Now().UnixNano())
+		return stream.Send(&api.ViewReply{Final: true, Result: &api.Result{Ok: true}, Id: &api.OpID{Origin: 1, Seq: 7},
+			Stamp: &api.Stamp{Replica: 1, Vv: map[uint64]uint64{1: 7}}})
+	}
+	const lag = 40 * time.Millisecond
+	var bReceives atomic.Bool
+	// b and c are 3 ms away, a is the nearest.
+	b := &fakeStore{id: 2, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 {
+		at := writtenAt.Load()
+		if bReceives.Load() && at != 0 && time.Since(time.Unix(0, at)) >= lag {
+			return map[uint64]uint64{1: 7}
+		}
+		return map[uint64]uint64{1: 6}
+	}}
+	c := &fakeStore{id: 3, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 6, 3: 9} }}
+	addrA, _ := serve(t, a)
+	addrB, _ := serve(t, b)
+	addrC, _ := serve(t, c)
+	// Only a takes updates here: the others are asked their Status.
+	cl := dial(t, []string{addrA, addrB, addrC})
+
+	// No other replica receives it: the write waits until ctx ends.
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	_, err := final(t, cl.InvokeQuorum(ctx, client.Put("k", []byte("v"))))
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("quorum write nobody else receives: %v, want the deadline", err)
+	}
+
+	// b receives it 40 ms after a took it.
+	writtenAt.Store(0)
+	bReceives.Store(true)
+	before := b.statusCount()
+	start := time.Now()
+	v, err := final(t, cl.InvokeQuorum(t.Context(), client.Put("k", []byte("v"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Level != client.Quorum || !v.Value.OK || time.Since(start) < lag {
+		t.Fatalf("quorum write: %v %+v after %v, want ok at quorum after at least %v", v.Level, v.Value, time.Since(start), lag)
+	}
+	if s, _ := client.StampOf(v); s.Op != (client.OpID{Origin: 1, Seq: 7}) {
+		t.Fatalf("quorum write's stamp %+v, want operation 1:7", s)
+	}
+	if n := b.statusCount() - before; n < 2 {
+		t.Fatalf("b was asked %d times, want it polled until it had the write", n)
+	}
+
+	// Neither b nor c answers: a majority cannot be known.
+	b.statusFail.Store(true)
+	c.statusFail.Store(true)
+	if _, err := final(t, cl.InvokeQuorum(t.Context(), client.Put("k", []byte("v")))); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("quorum write with the others down: %v, want ErrUnavailable", err)
+	}
+
+	// One endpoint is its own majority.
+	one := dial(t, []string{addrA})
+	if v, err := final(t, one.InvokeQuorum(t.Context(), client.Put("k", []byte("v")))); err != nil || v.Level != client.Quorum {
+		t.Fatalf("quorum write with one endpoint: %v, %v", v.Level, err)
 	}
 }
 
@@ -186,5 +252,78 @@ func TestQuorumReadE2E(t *testing.T) {
 			}
 		}
 		q.Close()
+	}
+}
+
+// TestQuorumWriteE2E: with the replica the client writes at (its nearest)
+// heard at once by nobody, one other replica hearing it 300 ms late and the
+// third 10 s late, a quorum write through a client of all three replicas
+// completes once the 300 ms one has it, and then a quorum read over every
+// pair of replicas returns it, which a weak write does not promise (a read
+// over the two others would miss it for 300 ms): two majorities share a
+// replica (Continuous Partial Quorums §1, QUORUM-QUORUM).
+func TestQuorumWriteE2E(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := cluster.Start(cluster.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.DiscardHandler),
+		ReplicationDelay: map[uint64]time.Duration{1: 0, 2: 0, 3: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	if _, err := cl.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all, err := client.Dial(ctx, cl.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	w, err := all.InvokeQuorum(ctx, client.Put("k", []byte("v0"))).Final(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := client.StampOf(w)
+	origin := s.Op.Origin
+	var others []uint64
+	for id := uint64(1); id <= 3; id++ {
+		if id != origin {
+			others = append(others, id)
+		}
+	}
+	if err := cl.SetReplicationDelay(others[0], 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.SetReplicationDelay(others[1], 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range 3 {
+		val := fmt.Sprintf("v%d", i+1)
+		w, err := all.InvokeQuorum(ctx, client.Put("k", []byte(val))).Final(ctx)
+		if err != nil {
+			t.Fatalf("quorum write %s: %v", val, err)
+		}
+		if w.Level != client.Quorum {
+			t.Fatalf("quorum write's view at %v, want quorum", w.Level)
+		}
+		for _, pair := range [][]string{{cl.Endpoints[0], cl.Endpoints[1]}, {cl.Endpoints[1], cl.Endpoints[2]}, {cl.Endpoints[2], cl.Endpoints[0]}} {
+			q, err := client.Dial(ctx, pair)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := q.InvokeQuorum(ctx, client.Get("k")).Final(ctx)
+			q.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(v.Value.Value) != val {
+				if time.Since(start) > 10*time.Second {
+					t.Skipf("the machine stalled past the 10 s delay: its replica may have heard the write")
+				}
+				ws, _ := client.StampOf(w)
+				t.Fatalf("quorum read over %v after quorum write %s (operation %d:%d): %q", pair, val, ws.Op.Origin, ws.Op.Seq, v.Value.Value)
+			}
+		}
 	}
 }

@@ -117,15 +117,17 @@ func TestCLIAgainstCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("quorum read", func(t *testing.T) {
+	t.Run("quorum level", func(t *testing.T) {
 		must(t, nil, "put", "qk", "qv")
-		for _, args := range [][]string{{"invoke", "--quorum", "get", "qk"}, {"invoke", "--cpq", "1", "--cpq-quorum", "get", "qk"}} {
+		for _, args := range [][]string{{"invoke", "--quorum", "get", "qk"}, {"invoke", "--cpq", "1", "--cpq-quorum", "get", "qk"},
+			{"invoke", "--quorum", "put", "qk", "qw"}, {"invoke", "--cpq", "1", "--cpq-quorum", "put", "qk", "qw"}} {
 			if out := must(t, nil, args...); !strings.Contains(out, " quorum ") || strings.Count(out, "\n") != 1 {
 				t.Errorf("correctables %s: %q, want one view at level quorum", strings.Join(args, " "), out)
 			}
 		}
-		if _, err := run(t, nil, "invoke", "--quorum", "put", "qk", "x"); err == nil || !strings.Contains(err.Error(), "update") {
-			t.Errorf("invoke --quorum put: %v, want an error saying it is an update", err)
+		// A quorum write is in a majority's states: a quorum read sees it.
+		if out := must(t, nil, "invoke", "--quorum", "get", "qk"); !strings.Contains(out, "qw") {
+			t.Errorf("quorum read after quorum writes: %q, want qw", out)
 		}
 		if _, err := run(t, nil, "invoke", "--quorum", "--strong", "get", "qk"); err == nil || !strings.Contains(err.Error(), "--quorum") {
 			t.Errorf("invoke --quorum --strong: %v", err)

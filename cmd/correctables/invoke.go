@@ -125,10 +125,12 @@ for the preliminary view only (invokeWeak), --strong for the final only
 (invokeStrong). --cpq P draws one of the two levels, strong with
 probability P (continuous partial quorums, CPQ §1; --cpq-write sets another
 probability for updates, --read-delay an artificial delay before a weak read,
---seed the draw; --cpq-quorum makes the stronger level of a read a quorum
-read). --quorum runs a read as a quorum read: the freshest of a majority of
-the replicas' tentative states, no consensus (one view, at level quorum;
-docs/consistency.md says what it guarantees). --session FILE runs the
+--seed the draw; --cpq-quorum makes the stronger level the quorum level, the
+paper's QUORUM). --quorum runs the operation at the quorum level, no
+consensus, one view at level quorum: a read returns the freshest of a
+majority of the replicas' tentative states, an update is acknowledged once
+a majority of the replicas has received it (docs/consistency.md says what
+the level guarantees). --session FILE runs the
 operation within a session kept in FILE and prints the guarantees each view satisfies for it; --sla
 cart|password|web|FILE.json reads a key under a consistency-based SLA
 (Pileus §3.3) and prints the subSLA each view met and its utility, the
@@ -164,9 +166,6 @@ final one, also when it is the only view asked for.
 			if quorum && (weak || strong) {
 				return errors.New("--quorum asks for a quorum read's view only: give neither --weak nor --strong")
 			}
-			if quorum && !op.ReadOnly() {
-				return fmt.Errorf("--quorum: %s is an update; a quorum read is for get, scan and read-only txn", op.Kind())
-			}
 			if err := sf.check(op, weak, strong, cmd.Flags().Changed("cpq") || cmd.Flags().Changed("cpq-write")); err != nil {
 				return err
 			}
@@ -178,7 +177,7 @@ final one, also when it is the only view asked for.
 				if !f.Changed("cpq-write") {
 					cpqWriteP = cpqP
 				}
-				if cpq, err = client.NewCPQ(client.CPQConfig{ReadP: cpqP, WriteP: cpqWriteP, ReadDelay: readDelay, Seed: cpqSeed, QuorumReads: cpqQuorum}); err != nil {
+				if cpq, err = client.NewCPQ(client.CPQConfig{ReadP: cpqP, WriteP: cpqWriteP, ReadDelay: readDelay, Seed: cpqSeed, QuorumReads: cpqQuorum, QuorumWrites: cpqQuorum}); err != nil {
 					return err
 				}
 			}
@@ -217,8 +216,8 @@ final one, also when it is the only view asked for.
 	cmd.Flags().Float64Var(&cpqWriteP, "cpq-write", 0, "CPQ: the strong level's probability for an update (default: --cpq)")
 	cmd.Flags().DurationVar(&readDelay, "read-delay", 0, "CPQ: artificial delay before a weak read")
 	cmd.Flags().Uint64Var(&cpqSeed, "seed", 1, "CPQ: seed of the draw")
-	cmd.Flags().BoolVar(&cpqQuorum, "cpq-quorum", false, "CPQ: a read drawn at the stronger level is a quorum read, not a strong one")
-	cmd.Flags().BoolVar(&quorum, "quorum", false, "a read as a quorum read: the freshest of a majority's tentative states (one view)")
+	cmd.Flags().BoolVar(&cpqQuorum, "cpq-quorum", false, "CPQ: an operation drawn at the stronger level runs at the quorum level (as --quorum), not the strong one")
+	cmd.Flags().BoolVar(&quorum, "quorum", false, "the quorum level (one view): a read of the freshest of a majority's tentative states, an update acknowledged once a majority has received it")
 	sf.register(cmd)
 	return cmd
 }
