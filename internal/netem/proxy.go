@@ -600,14 +600,19 @@ func (p *Proxy) write(c *conn, dst net.Conn, q <-chan chunk, dir int) {
 		case <-c.ctx.Done():
 			return
 		}
-		if wait := time.Until(ch.due); wait > 0 {
-			timer.Reset(wait)
+		if wait := time.Until(ch.due); wait > timerSlack {
+			// The runtime's timers wake up to a millisecond late on
+			// Linux (the netpoller waits in whole milliseconds): wait
+			// on a timer for all but the last timerSlack, then sleep
+			// the rest precisely.
+			timer.Reset(wait - timerSlack)
 			select {
 			case <-timer.C:
 			case <-c.ctx.Done():
 				return
 			}
 		}
+		preciseSleepUntil(ch.due)
 		if !p.waitUp(c) {
 			return
 		}
