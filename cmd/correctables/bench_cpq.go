@@ -23,6 +23,7 @@ import (
 	"github.com/correctables/correctables/internal/cpqctl"
 	"github.com/correctables/correctables/internal/gamma"
 	"github.com/correctables/correctables/internal/loadgen"
+	"github.com/correctables/correctables/internal/netem"
 )
 
 // cpqFlags are the flags of `bench cpq`.
@@ -70,10 +71,10 @@ func (f cpqFlags) plan() (*cpqPlan, error) {
 	}
 	for _, fig := range cpqList(f.figures) {
 		switch fig {
-		case "1", "2", "3", "q", "ctl":
+		case "1", "2", "3", "q", "qq", "ctl":
 			p.figures[fig] = true
 		default:
-			return nil, fmt.Errorf("--figures: %q: want 1, 2, 3, q or ctl", fig)
+			return nil, fmt.Errorf("--figures: %q: want 1, 2, 3, q, qq or ctl", fig)
 		}
 	}
 	if len(p.figures) == 0 {
@@ -191,6 +192,11 @@ values written in its window, and the p95 latency of reads and writes:
              writes weak; then CPQ over weak-quorum reads (writes weak),
              quorum with each --pq probability; with figure 3, each AD
              row is set against the cheapest row of q at most as stale
+  qq         the paper's ONE and QUORUM on our levels, reads and writes:
+             quorum-quorum (quorum reads, and quorum writes, acknowledged
+             once a majority has received the update), then CPQ over them,
+             the quorum level with each --pq probability for reads and
+             writes; with figure 3, each AD row is set against them too
   ctl        the controller (internal/cpqctl) tuning p to hold the SLA
              "read p95 <= --sla-latency and stale fraction <= --sla-stale"
              for --ctl-duration; at --change-at every message between
@@ -213,9 +219,9 @@ last distribution (check it with 'correctables check gamma').`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dists, "dists", "latest,hotspot", "key distributions: latest (1k keys), hotspot (10k keys)")
-	fl.StringVar(&f.figures, "figures", "1,2,3,ctl", "what to run: 1, 2, 3, ctl")
+	fl.StringVar(&f.figures, "figures", "1,2,3,ctl", "what to run: 1, 2, 3, q, qq, ctl")
 	fl.StringVar(&f.pSteps, "p", "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1", "figure 2's probabilities of the strong level")
-	fl.StringVar(&f.pqSteps, "pq", "0.25,0.5,0.75,0.9", "figure q's probabilities of a quorum read (writes weak)")
+	fl.StringVar(&f.pqSteps, "pq", "0.25,0.5,0.75,0.9", "figure q's probabilities of a quorum read (writes weak), and figure qq's of the quorum level (reads and writes)")
 	fl.BoolVar(&f.ctlQuorum, "ctl-quorum", false, "the controller tunes p between weak and quorum reads (writes weak) rather than weak and strong operations")
 	fl.StringVar(&f.adSteps, "ad", "0,5ms,10ms,15ms,20ms", "figure 3's artificial delays before weak reads")
 	fl.StringVar(&f.wan, "wan", "", "emulated WAN preset (ec2-2016, pileus-2013); default loopback")
@@ -226,8 +232,8 @@ last distribution (check it with 'correctables check gamma').`,
 	fl.DurationVar(&f.ctlDuration, "ctl-duration", 30*time.Second, "length of the controller run")
 	fl.DurationVar(&f.changeAt, "change-at", 0, "when the latency change happens in the controller run (0: half way)")
 	fl.DurationVar(&f.changeDelay, "change-delay", 5*time.Millisecond, "one-way delay added between replicas at --change-at (0: no change)")
-	fl.DurationVar(&f.replicaDelay, "replica-delay", 0, "one-way delay added to every message between replicas in every row (an emulated LAN on loopback)")
-	fl.Float64Var(&f.replicaLoss, "replica-loss", 0, "emulated packet loss between replicas: probability that a burst of messages is held --replica-loss-stall longer, with what follows it on the link (TCP's retransmission)")
+	fl.DurationVar(&f.replicaDelay, "replica-delay", 0, "one-way delay added to every message between replicas in every row (an emulated LAN on loopback), and between a client host and the other hosts' replicas")
+	fl.Float64Var(&f.replicaLoss, "replica-loss", 0, "emulated packet loss between replicas, and between a client host and the other hosts' replicas: probability that a burst of messages is held --replica-loss-stall longer, with what follows it on the link (TCP's retransmission)")
 	fl.DurationVar(&f.replicaLossStall, "replica-loss-stall", 0, "with --replica-loss: how much longer a lost burst takes")
 	fl.DurationVar(&f.slaLatency, "sla-latency", 0, "the SLA's read p95 bound (0: derived from figure 2)")
 	fl.Float64Var(&f.slaStale, "sla-stale", 0, "the SLA's stale fraction bound (0: derived from figure 2)")
@@ -265,6 +271,9 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 	}
 	if p.f.replicaLoss > 0 {
 		net += fmt.Sprintf(", loss %g with %v stalls between replicas", p.f.replicaLoss, p.f.replicaLossStall)
+	}
+	if p.f.wan == "" && (p.f.replicaDelay > 0 || p.f.replicaLoss > 0) {
+		net += " and from a client to other hosts' replicas"
 	}
 	var rows []cpqRow
 	var timeline []cpqbench.Point
@@ -318,6 +327,12 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 			add("q", cpqbench.Row{Label: "reads strong", ReadP: 1})
 			for _, x := range p.pqs {
 				add("q", cpqbench.Row{Label: fmt.Sprintf("pq=%.2f", x), ReadP: x, QuorumReads: true})
+			}
+		}
+		if p.figures["qq"] {
+			add("qq", cpqbench.Row{Label: "quorum-quorum", ReadP: 1, WriteP: 1, QuorumReads: true, QuorumWrites: true})
+			for _, x := range p.pqs {
+				add("qq", cpqbench.Row{Label: fmt.Sprintf("pqq=%.2f", x), ReadP: x, WriteP: x, QuorumReads: true, QuorumWrites: true})
 			}
 		}
 		fmt.Fprintf(progress, "bench cpq: %s over %d keys, %s, %.0f ops/s target, %d rows of %v (+%v warmup), %v more one-way between replicas\n",
@@ -438,7 +453,8 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 // withCPQCluster runs f on a fresh three-replica cluster and, for one
 // client host per replica in its replica's region, the endpoints of every
 // replica as that host reaches them. Messages between replicas get delay
-// more one-way latency; with changeable, the links are delayable (even at
+// more one-way latency (and fl's loss); without a WAN, so do those between
+// a client host and the other hosts' replicas; with changeable, the links are delayable (even at
 // 0) for the controller's latency change.
 func withCPQCluster(ctx context.Context, fl cpqFlags, changeable bool, f func(*cluster.Cluster, [][]string) error) error {
 	wan, delay := fl.wan, fl.replicaDelay
@@ -464,8 +480,27 @@ func withCPQCluster(ctx context.Context, fl cpqFlags, changeable bool, f func(*c
 	}
 	views := make([][]string, len(c.Servers))
 	for i := range views {
-		if c.Net == nil {
+		if c.Net == nil && delay == 0 && fl.replicaLoss == 0 {
 			views[i] = c.Endpoints
+			continue
+		}
+		if c.Net == nil {
+			// One zone: a client host reaches the other hosts' replicas
+			// through links like those between replicas (the same delay
+			// and loss), its own directly.
+			views[i] = append([]string(nil), c.Endpoints...)
+			for j := range views[i] {
+				if j == i {
+					continue
+				}
+				px, err := netem.NewProxy(c.Endpoints[j], netem.Config{Latency: delay, Loss: fl.replicaLoss, LossStall: fl.replicaLossStall,
+					Seed: fl.seed + uint64(10*i+j)})
+				if err != nil {
+					return err
+				}
+				defer px.Close()
+				views[i][j] = px.Addr()
+			}
 			continue
 		}
 		from, err := c.EndpointsFrom(c.Regions[i])
@@ -794,10 +829,11 @@ func compareCPQAD(rows []cpqRow) string {
 		var best *cpqbench.Result
 		for _, q := range rows {
 			// CPQ rows: figure 2's (reads and writes at the strong level
-			// with probability p, the paper's ONE/QUORUM pair on our
-			// levels) and figure q's over weak and quorum reads (its reads
-			// strong with writes weak are no CPQ policy).
-			cpq := q.figure == "2" || q.figure == "q" && !(q.res.Row.ReadP == 1 && !q.res.Row.QuorumReads)
+			// with probability p), figure q's over weak and quorum reads
+			// (its reads strong with writes weak are no CPQ policy), and
+			// figure qq's over the weak and quorum levels (the paper's
+			// ONE/QUORUM pair).
+			cpq := q.figure == "2" || q.figure == "qq" || q.figure == "q" && !(q.res.Row.ReadP == 1 && !q.res.Row.QuorumReads)
 			if !cpq || q.dist != ad.dist || !measured(q.res) {
 				continue
 			}
@@ -806,7 +842,7 @@ func compareCPQAD(rows []cpqRow) string {
 			}
 		}
 		if b.Len() == 0 {
-			b.WriteString("CPQ (figure 2, and figure q's quorum reads) against AD at an equal or lower proportion of positive Γ (read p95; the paper's severalfold: ratio <= 0.33):\n")
+			b.WriteString("CPQ (figure 2, figure q's quorum reads, figure qq's quorum level) against AD at an equal or lower proportion of positive Γ (read p95; the paper's severalfold: ratio <= 0.33):\n")
 		}
 		adP95 := cpqbench.P95(ad.res.ReadLat)
 		if cheaper != nil {

@@ -130,9 +130,16 @@ type Row struct {
 	ReadDelay     time.Duration
 	// QuorumReads: a read drawn at the stronger level is a quorum read
 	// (client.InvokeQuorum, by the host's client that knows every
-	// replica) rather than a strong one; ReadDelay is ignored. With a
-	// controller, updates keep WriteP while reads follow p.
+	// replica) rather than a strong one; ReadDelay is ignored (also with
+	// QuorumWrites). With a controller, updates keep WriteP while reads
+	// follow p, unless QuorumWrites is set too.
 	QuorumReads bool
+	// QuorumWrites: an update drawn at the stronger level is a quorum
+	// write (client.InvokeQuorum, by the host's client that knows every
+	// replica: acknowledged once a majority has received it) rather than a
+	// strong one. With QuorumReads, the levels are the paper's ONE and
+	// QUORUM.
+	QuorumWrites bool
 	// Controller, if set, tunes p (both reads and writes) every Period,
 	// starting from its Config.P.
 	Controller *cpqctl.Config
@@ -331,10 +338,10 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 		if ctl, err = cpqctl.New(ccfg); err != nil {
 			return nil, err
 		}
-		// Reads follow p; so do updates, except over weak-quorum reads,
-		// where they keep the row's WriteP (weak).
+		// Reads follow p; so do updates, except over weak-quorum reads
+		// with weak or strong writes, where they keep the row's WriteP.
 		row.ReadP = ctl.P()
-		if !row.QuorumReads {
+		if !row.QuorumReads || row.QuorumWrites {
 			row.WriteP = ctl.P()
 		}
 		p0 = ctl.P()
@@ -342,7 +349,7 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	policies := make([]*client.CPQ, len(h.Clients))
 	for i := range policies {
 		var err error
-		policies[i], err = client.NewCPQ(client.CPQConfig{ReadP: row.ReadP, WriteP: row.WriteP, ReadDelay: row.ReadDelay, Seed: cfg.Seed + uint64(i), QuorumReads: row.QuorumReads})
+		policies[i], err = client.NewCPQ(client.CPQConfig{ReadP: row.ReadP, WriteP: row.WriteP, ReadDelay: row.ReadDelay, Seed: cfg.Seed + uint64(i), QuorumReads: row.QuorumReads, QuorumWrites: row.QuorumWrites})
 		if err != nil {
 			return nil, err
 		}
@@ -458,12 +465,12 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 				}
 				octx, ocancel := context.WithTimeout(rctx, cfg.OpTimeout)
 				var cor *correctable.Correctable[client.Result]
-				if pol.QuorumReads() && q != nil {
+				if (pol.QuorumReads() || pol.QuorumWrites()) && q != nil {
 					// Drawn here, in order; weak and strong operations
-					// go to the host's replica, quorum reads to a
+					// go to the host's replica, quorum ones to a
 					// majority.
 					switch strong, _ := pol.Choose(cop); {
-					case strong && op.Read:
+					case strong && (op.Read && pol.QuorumReads() || !op.Read && pol.QuorumWrites()):
 						cor = q.InvokeQuorum(octx, cop)
 					case strong:
 						cor = c.InvokeStrong(octx, cop)
@@ -561,7 +568,7 @@ loop:
 				d := ctl.Step(cpqctl.Observation{P95: P95(merged), Values: counts.Values, Positive: counts.Positive,
 					WeakReads: lv.weak, WeakSlow: lv.weakSlow, StrongReads: lv.strong, StrongSlow: lv.strongSlow})
 				wp := d.P
-				if row.QuorumReads {
+				if row.QuorumReads && !row.QuorumWrites {
 					wp = row.WriteP
 				}
 				for _, pol := range policies {
