@@ -593,6 +593,8 @@ func (p *Proxy) read(c *conn, src net.Conn, q chan<- chunk, dir int) {
 func (p *Proxy) write(c *conn, dst net.Conn, q <-chan chunk, dir int) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	precise := newPreciseTimer()
+	defer precise.close()
 	for {
 		var ch chunk
 		select {
@@ -603,8 +605,8 @@ func (p *Proxy) write(c *conn, dst net.Conn, q <-chan chunk, dir int) {
 		if wait := time.Until(ch.due); wait > timerSlack {
 			// The runtime's timers wake up to a millisecond late on
 			// Linux (the netpoller waits in whole milliseconds): wait
-			// on a timer for all but the last timerSlack, then sleep
-			// the rest precisely.
+			// on a timer for all but the last timerSlack, then on a
+			// precise one.
 			timer.Reset(wait - timerSlack)
 			select {
 			case <-timer.C:
@@ -612,7 +614,7 @@ func (p *Proxy) write(c *conn, dst net.Conn, q <-chan chunk, dir int) {
 				return
 			}
 		}
-		preciseSleepUntil(ch.due)
+		precise.sleepUntil(ch.due)
 		if !p.waitUp(c) {
 			return
 		}

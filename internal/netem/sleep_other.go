@@ -4,10 +4,16 @@ package netem
 
 import "time"
 
-// preciseSleepUntil returns at t or after: elsewhere than Linux it is a
-// runtime sleep, as precise as the platform's timers.
-func preciseSleepUntil(t time.Time) {
-	if d := time.Until(t); d > 0 {
+// preciseTimer is the runtime's timers elsewhere than Linux: as precise as
+// the platform's.
+type preciseTimer struct{}
+
+func newPreciseTimer() *preciseTimer { return nil }
+
+func (t *preciseTimer) sleepUntil(at time.Time) {
+	if d := time.Until(at); d > 0 {
 		time.Sleep(d)
 	}
 }
+
+func (t *preciseTimer) close() {}
