@@ -32,7 +32,10 @@ var quorumLevels = []correctable.Level{Quorum}
 //
 // A quorum read is the weak protocol sent to a majority of the Client's
 // endpoints at once, the nearest healthy ones (an endpoint that is
-// unavailable is replaced by the next). Their answers' stamps say which
+// unavailable is replaced by the next); if they have not all answered
+// within twice the slowest one's round-trip time (at least a millisecond),
+// the read asks the other endpoints too and takes the first majority to
+// answer (a hedge, counted in Stats.Hedges). Their answers' stamps say which
 // operations each replica had received (version vectors):
 //
 //   - if one answer's version vector covers every other's, the read returns
@@ -160,13 +163,28 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	for ; next < need; next++ {
 		ask(next)
 	}
+	// The hedge: if the majority asked has not answered by then, ask the
+	// other endpoints too and take the first majority of all.
+	hedge := time.NewTimer(quorumHedge(route[:need]))
+	defer hedge.Stop()
 	var got []quorumAnswer
 	var errs []error
 	for pending := need; len(got) < need; pending-- {
 		if pending == 0 {
 			return fmt.Errorf("client: %v: quorum read: %d of %d endpoints answered, want %d: %w: %w", op, len(got), len(route), need, ErrUnavailable, errors.Join(errs...))
 		}
-		a := <-answers
+		var a quorumAnswer
+		select {
+		case a = <-answers:
+		case <-hedge.C:
+			for ; next < len(route); next++ {
+				c.stats.hedges.Add(1)
+				ask(next)
+				pending++
+			}
+			pending++ // this turn received nothing
+			continue
+		}
 		tr.Attempts++
 		if a.err == nil {
 			got = append(got, a)
@@ -269,6 +287,24 @@ func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls 
 	}
 	return quorumAnswer{}, errors.Join(errs...)
 }
+
+// quorumHedge is how long a quorum read waits for the majority it asked
+// before it asks the other endpoints too: twice the slowest of their
+// round-trip times as the Client's probes measured them, and at least
+// quorumHedgeMin. One slow replica or link (a retransmission on a lossy
+// network, a replica in a pause) then costs a read little more than that.
+func quorumHedge(asked []*endpoint) time.Duration {
+	var rtt time.Duration
+	for _, e := range asked {
+		e.mu.Lock()
+		rtt = max(rtt, e.rttLocked())
+		e.mu.Unlock()
+	}
+	return max(2*rtt, quorumHedgeMin)
+}
+
+// quorumHedgeMin bounds quorumHedge from below.
+const quorumHedgeMin = time.Millisecond
 
 // quorumPollBackoff and quorumPollMax space the repeated asks of a quorum
 // read that waits for a replica to catch up and of a quorum write that

@@ -76,6 +76,40 @@ func TestQuorumReadAsksAMajority(t *testing.T) {
 	}
 }
 
+// TestQuorumReadHedges: a replica of the nearest majority that answers its
+// probes at once but a read only after 500 ms (a stalled link, a pause)
+// does not hold the read: past the hedge the read asks the third replica
+// and returns with the first majority.
+func TestQuorumReadHedges(t *testing.T) {
+	a := stamped(1, "a", 3, 0)
+	b := &fakeStore{id: 2}
+	b.script = func(req *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+		return stream.Send(&api.ViewReply{Final: true, Result: &api.Result{Found: true, Value: []byte("b")},
+			Stamp: &api.Stamp{Replica: 2, Vv: map[uint64]uint64{1: 3}}})
+	}
+	c := stamped(3, "c", 3, 20*time.Millisecond) // farther than a and b
+	addrA, _ := serve(t, a)
+	addrB, _ := serve(t, b)
+	addrC, _ := serve(t, c)
+	cl := dial(t, []string{addrA, addrB, addrC})
+	start := time.Now()
+	v, err := final(t, cl.InvokeQuorum(t.Context(), client.Get("k")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := client.StampOf(v); s.Replica == 2 || time.Since(start) >= 500*time.Millisecond {
+		t.Fatalf("quorum read with b stalled: from replica %d after %v, want a's or c's before b's 500 ms", s.Replica, time.Since(start))
+	}
+	if st := cl.Stats(); st.Hedges != 1 {
+		t.Fatalf("stats %+v, want one hedge", st)
+	}
+}
+
 // TestQuorumWriteWaitsForAMajority: a quorum write returns once the origin
 // and one more of three replicas have received it (Continuous Partial
 // Quorums §1: QUORUM), fails with the context's error while no other

@@ -24,6 +24,9 @@ type Stats struct {
 	// Failovers is the number of times an invocation moved to the next
 	// endpoint after an unavailable one.
 	Failovers uint64
+	// Hedges is the number of endpoints a quorum read asked because the
+	// majority it asked first was slow (InvokeQuorum).
+	Hedges uint64
 	// BytesSent and BytesReceived are the encoded sizes of the requests
 	// sent and the view replies received (proto.Size): the payload the
 	// protocol moves, without gRPC or HTTP/2 framing.
@@ -47,6 +50,7 @@ func (c *Client) Stats() Stats {
 		Views:             s.views.Load(),
 		Confirmations:     s.confirmations.Load(),
 		Failovers:         s.failovers.Load(),
+		Hedges:            s.hedges.Load(),
 		BytesSent:         s.bytesSent.Load(),
 		BytesReceived:     s.bytesReceived.Load(),
 		BytesSaved:        s.bytesSaved.Load(),
@@ -78,6 +82,7 @@ type OpTrace struct {
 
 type counters struct {
 	ops, failed, views, confirmations, failovers atomic.Uint64
+	hedges                                       atomic.Uint64
 	bytesSent, bytesReceived, bytesSaved         atomic.Uint64
 	wireSent, wireReceived                       atomic.Uint64
 }
