@@ -60,6 +60,10 @@ type config struct {
 	// batching off.
 	batchInflight int
 	batchSet      bool
+	// quorumHedge is the hedge of quorum reads (WithQuorumHedge); set
+	// says it was given.
+	quorumHedge    time.Duration
+	quorumHedgeSet bool
 }
 
 // WithTransportCredentials secures the connections with creds (for example
@@ -142,6 +146,17 @@ func WithCallBatching(inflight int) Option {
 	return func(c *config) { c.batchInflight, c.batchSet = inflight, true }
 }
 
+// WithQuorumHedge sets when a quorum read (InvokeQuorum) asks the
+// endpoints beyond the nearest majority: after d if the majority has not
+// answered by then, or, with d = 0, at once, every endpoint, taking the
+// first majority to answer (a read then costs a replica more, and no slow
+// replica or link ever holds it). By default the hedge is twice the slowest
+// round-trip time of the majority asked, at least a millisecond. At most a
+// minute.
+func WithQuorumHedge(d time.Duration) Option {
+	return func(c *config) { c.quorumHedge, c.quorumHedgeSet = d, true }
+}
+
 // validate fills in defaults and checks the configuration against the
 // endpoints. Errors wrap ErrInvalidArgument.
 func (c *config) validate(endpoints []string) error {
@@ -169,6 +184,9 @@ func (c *config) validate(endpoints []string) error {
 	var errs []error
 	if c.batchInflight < 0 || c.batchInflight > 1<<16 {
 		errs = append(errs, fmt.Errorf("call batching %d not in [0, 65536]", c.batchInflight))
+	}
+	if c.quorumHedgeSet && (c.quorumHedge < 0 || c.quorumHedge > time.Minute) {
+		errs = append(errs, fmt.Errorf("quorum hedge %v not in [0, 1m]", c.quorumHedge))
 	}
 	if c.dialTimeout < 0 || c.probeInterval < 0 || c.probeTimeout < 0 {
 		errs = append(errs, errors.New("negative duration"))

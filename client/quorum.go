@@ -33,9 +33,10 @@ var quorumLevels = []correctable.Level{Quorum}
 // A quorum read is the weak protocol sent to a majority of the Client's
 // endpoints at once, the nearest healthy ones (an endpoint that is
 // unavailable is replaced by the next); if they have not all answered
-// within twice the slowest one's round-trip time (at least a millisecond),
-// the read asks the other endpoints too and takes the first majority to
-// answer (a hedge, counted in Stats.Hedges). Their answers' stamps say which
+// within twice the slowest one's round-trip time (at least a millisecond;
+// WithQuorumHedge sets another time, or every endpoint at once), the read
+// asks the other endpoints too and takes the first majority to answer (a
+// hedge, counted in Stats.Hedges). Their answers' stamps say which
 // operations each replica had received (version vectors):
 //
 //   - if one answer's version vector covers every other's, the read returns
@@ -159,17 +160,25 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 			answers <- a
 		}()
 	}
+	first := need
+	if c.cfg.quorumHedgeSet && c.cfg.quorumHedge == 0 {
+		first = len(route) // every endpoint at once
+	}
 	next := 0
-	for ; next < need; next++ {
+	for ; next < first; next++ {
 		ask(next)
 	}
 	// The hedge: if the majority asked has not answered by then, ask the
 	// other endpoints too and take the first majority of all.
-	hedge := time.NewTimer(quorumHedge(route[:need]))
+	wait := quorumHedge(route[:need])
+	if c.cfg.quorumHedgeSet {
+		wait = c.cfg.quorumHedge
+	}
+	hedge := time.NewTimer(wait)
 	defer hedge.Stop()
 	var got []quorumAnswer
 	var errs []error
-	for pending := need; len(got) < need; pending-- {
+	for pending := first; len(got) < need; pending-- {
 		if pending == 0 {
 			return fmt.Errorf("client: %v: quorum read: %d of %d endpoints answered, want %d: %w: %w", op, len(got), len(route), need, ErrUnavailable, errors.Join(errs...))
 		}

@@ -108,6 +108,20 @@ func TestQuorumReadHedges(t *testing.T) {
 	if st := cl.Stats(); st.Hedges != 1 {
 		t.Fatalf("stats %+v, want one hedge", st)
 	}
+
+	// WithQuorumHedge(0) asks every endpoint at once: c too, before any
+	// hedge.
+	all := dial(t, []string{addrA, addrB, addrC}, client.WithQuorumHedge(0))
+	before := len(c.requests())
+	if _, err := final(t, all.InvokeQuorum(t.Context(), client.Get("k"))); err != nil {
+		t.Fatal(err)
+	}
+	if st := all.Stats(); st.Hedges != 0 || len(c.requests()) != before+1 {
+		t.Fatalf("asking all: %d hedges, c asked %d times, want none and once", st.Hedges, len(c.requests())-before)
+	}
+	if _, err := client.Dial(t.Context(), []string{addrA}, client.WithQuorumHedge(-time.Second)); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("a negative hedge: %v, want ErrInvalidArgument", err)
+	}
 }
 
 // TestQuorumWriteWaitsForAMajority: a quorum write returns once the origin

@@ -50,8 +50,9 @@ func Dial(ctx context.Context, endpoints []string, traceCapacity int) (*Hosts, e
 
 // DialViews is Dial where host i reaches replica j at views[i][j] (on an
 // emulated WAN, through the link from i's region to j's): host i's client
-// dials views[i][i], its quorum client all of views[i], its own first.
-func DialViews(ctx context.Context, views [][]string, traceCapacity int) (*Hosts, error) {
+// dials views[i][i], its quorum client all of views[i], its own first, with
+// quorumOpts.
+func DialViews(ctx context.Context, views [][]string, traceCapacity int, quorumOpts ...client.Option) (*Hosts, error) {
 	h := &Hosts{Trace: client.NewTraceRecorder(traceCapacity)}
 	for i, view := range views {
 		if len(view) != len(views) {
@@ -67,7 +68,7 @@ func DialViews(ctx context.Context, views [][]string, traceCapacity int) (*Hosts
 		h.Clients = append(h.Clients, c)
 		all := append([]string{ep}, view[:i]...)
 		all = append(all, view[i+1:]...)
-		q, err := client.Dial(ctx, all, client.WithTraceRecorder(h.Trace))
+		q, err := client.Dial(ctx, all, append([]client.Option{client.WithTraceRecorder(h.Trace)}, quorumOpts...)...)
 		if err != nil {
 			h.Close()
 			return nil, fmt.Errorf("cpqbench: dial %v: %w", all, err)
