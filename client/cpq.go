@@ -50,7 +50,8 @@ type CPQConfig struct {
 	// operation and an update run at the strong level.
 	ReadP, WriteP float64
 	// ReadDelay is the artificial delay before every weak read (0: none;
-	// at most MaxReadDelay).
+	// at most MaxReadDelay). It waits on a runtime timer: on Linux a delay
+	// under a millisecond lasts about a millisecond.
 	ReadDelay time.Duration
 	// Seed seeds the draws.
 	Seed uint64
