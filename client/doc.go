@@ -41,9 +41,14 @@
 // ErrUnavailable, ErrProtocol, ErrClosed, or the context's error. Test both
 // with errors.Is.
 //
-// InvokeCPQ runs an operation at a level a CPQ policy draws: the strong one
-// with probability p, else the weak one, optionally after an artificial
-// delay before weak reads (Continuous Partial Quorums, SCDM'15 §1).
+// InvokeQuorum runs an operation at the quorum level, between the two and
+// without consensus: a read returns the freshest of a majority's tentative
+// states, an update returns once a majority has received it, and a quorum
+// read sees every quorum write that completed before it started.
+// InvokeCPQ runs an operation at a level a CPQ policy draws: the stronger
+// one (strong, or quorum) with probability p, else the weak one,
+// optionally after an artificial delay before weak reads (Continuous
+// Partial Quorums, SCDM'15 §1).
 // WithTraceRecorder records the gets and puts a Client invokes, with their
 // values and times, for the Γ staleness metric (`correctables check gamma`).
 //
