@@ -121,6 +121,12 @@ func TestCompareCPQADSkipsUnmeasuredRows(t *testing.T) {
 		!strings.Contains(got, "ratio 0.50") {
 		t.Fatalf("comparison with a dominated AD row:\n%s", got)
 	}
+	// Figure qq's rows (the quorum level for reads and writes) are CPQ rows.
+	rows = append(rows, cpqRow{"qq", "latest", row("quorum-quorum", 1, 0, 200, 0, 1, 1, 1, 3)})
+	if got := compareCPQAD(rows); !strings.Contains(got, "quorum-quorum proportion 0.0000") || !strings.Contains(got, "ratio 0.10") {
+		t.Fatalf("comparison with a row of figure qq:\n%s", got)
+	}
+	rows = rows[:len(rows)-1]
 	// AD 0 as fresh as every delayed row does not silence the comparison.
 	rows = append(rows, cpqRow{"3", "latest", row("AD 0s", 0, 0, 200, 0, 1, 1, 1, 2)})
 	if got := compareCPQAD(rows); !strings.Contains(got, "AD 5ms    proportion 0.0000, read p95 30.015ms; p=1.00") {

@@ -42,6 +42,7 @@ func TestRowsOnACluster(t *testing.T) {
 		{Label: "weak-weak"},
 		{Label: "AD 5ms", ReadDelay: 5 * time.Millisecond},
 		{Label: "quorum", ReadP: 1, QuorumReads: true},
+		{Label: "quorum-quorum", ReadP: 1, WriteP: 1, QuorumReads: true, QuorumWrites: true},
 		{Label: "controller", Controller: &cpqctl.Config{SLA: cpqctl.SLA{Latency: time.Second, Stale: 0.5}, P: 0.5}},
 		{Label: "controller quorum", QuorumReads: true, Controller: &cpqctl.Config{SLA: cpqctl.SLA{Latency: time.Second, Stale: 0.5}, P: 0.5}},
 	} {
@@ -55,6 +56,13 @@ func TestRowsOnACluster(t *testing.T) {
 			// update stays weak (before, updates took the starting p).
 			if res.Strong != 0 || res.Quorum > res.Reads || res.Errors != 0 {
 				t.Fatalf("controller over weak-quorum reads: %d strong operations, %d quorum reads of %d, %d errors (%s)", res.Strong, res.Quorum, res.Reads, res.Errors, res.FirstError)
+			}
+			continue
+		}
+		if row.QuorumWrites {
+			// Every operation at the quorum level, none strong.
+			if res.Strong != 0 || res.Quorum != res.Ops || res.Errors != 0 {
+				t.Fatalf("quorum-quorum: %d strong operations, %d of %d at quorum, %d errors (%s)", res.Strong, res.Quorum, res.Ops, res.Errors, res.FirstError)
 			}
 			continue
 		}
