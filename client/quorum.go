@@ -53,10 +53,12 @@ var quorumLevels = []correctable.Level{Quorum}
 // Either way the view is one replica's tentative state that includes every
 // operation any replica of the majority had received when it answered. So
 // it includes every update that a majority of the replicas had received
-// before the read started, and everything a weak read of the nearest
-// replica would have seen. It is no raft round: it costs one round trip to
-// the farthest replica of the nearest majority, and the wait for one of
-// them to catch up when the states differ.
+// before the read started, and, when the nearest replica is among those
+// that answered (unless the hedge or a failure left it out), everything a
+// weak read of it would have seen. Two addresses of one replica count
+// once. It is no raft round: it costs one round trip to the farthest
+// replica of the nearest majority, and the wait for one of them to catch
+// up when the states differ.
 //
 // A quorum write is the weak protocol at the nearest replica (with the
 // failover of InvokeWeak), which gossips the update to the others at once;
@@ -65,11 +67,12 @@ var quorumLevels = []correctable.Level{Quorum}
 // majority of the endpoints has (the origin counts). Its view is the weak
 // view, at level Quorum. Like a Cassandra write at QUORUM, it costs one
 // round trip more than a weak write and no consensus: the update's place in
-// the committed order is fixed later, as for any weak update. If ctx ends
-// before a majority has received it, the write fails with ctx's error; it
-// was accepted by its origin all the same and will reach the others when
-// they can hear from it, so retrying a write that failed this way may apply
-// it twice.
+// the committed order is fixed later, as for any weak update. An endpoint
+// whose Status fails is asked again; the write fails with ErrUnavailable
+// once too few endpoints have answered for a second, and with ctx's error
+// if ctx ends first. Either way its origin accepted it and will deliver it
+// to the others when they can hear from it, so retrying a write that failed
+// this way may apply it twice.
 //
 // What the level does not promise: it is not linearizable. A weak update is
 // acknowledged once its origin has it, and a strong update counts as
@@ -195,18 +198,30 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 			continue
 		}
 		tr.Attempts++
-		if a.err == nil {
+		if a.err == nil && !answeredBy(got, a.stamp.Replica) {
 			got = append(got, a)
 			continue
 		}
 		if c.isClosed() {
 			return fmt.Errorf("client: %v at %s: %w", op, a.e.addr, ErrClosed)
 		}
-		err := fmt.Errorf("client: %v at %s: %w", op, a.e.addr, a.err)
-		if !errors.Is(err, ErrUnavailable) {
-			return err
+		var err error
+		switch {
+		case a.err == nil:
+			// A second address of a replica that answered: it does not
+			// count towards the majority.
+			err = fmt.Errorf("client: %v at %s: replica %d answered already", op, a.e.addr, a.stamp.Replica)
+		case refusedUnrun(a.err):
+			// Refused before running (overloaded, busy): another replica
+			// may answer; the endpoint stays up.
+			err = fmt.Errorf("client: %v at %s: %w", op, a.e.addr, a.err)
+		default:
+			err = fmt.Errorf("client: %v at %s: %w", op, a.e.addr, a.err)
+			if !errors.Is(err, ErrUnavailable) {
+				return err
+			}
+			c.markDown(a.e, err)
 		}
-		c.markDown(a.e, err)
 		errs = append(errs, err)
 		if next < len(route) {
 			c.stats.failovers.Add(1)
@@ -228,7 +243,7 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	best := got[0]
 	if i := coversAll(stamps); i >= 0 {
 		best = got[i]
-	} else if best, err = c.catchUp(ctx, op, req, ls, got, Stamp{VV: unionVV(stamps)}, tr); err != nil {
+	} else if best, err = c.catchUp(ctx, op, req, ls, got, answers, Stamp{VV: unionVV(stamps)}, tr); err != nil {
 		return err
 	}
 	tr.Endpoint = best.e.addr
@@ -243,9 +258,11 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 // catchUp asks every replica that answered a quorum read again, each with
 // its own backoff, until one answers with a state that covers want (the
 // union of the first answers' version vectors), and returns the first such
-// answer. A replica that fails stops being asked; the read fails once none
-// is left, or when ctx ends.
-func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls levelSet, got []quorumAnswer, want Stamp, tr *OpTrace) (quorumAnswer, error) {
+// answer; an answer of the first round still on its way (late) counts too.
+// A replica that refuses the read before running it is asked again; one
+// that fails otherwise stops being asked; the read fails once none is
+// left, or when ctx ends.
+func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls levelSet, got []quorumAnswer, late <-chan quorumAnswer, want Stamp, tr *OpTrace) (quorumAnswer, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the polls not waited for
 	answers := make(chan quorumAnswer, len(got))
@@ -272,6 +289,8 @@ func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls 
 					if !a.stamp.Covers(want) {
 						continue
 					}
+				} else if refusedUnrun(a.err) {
+					continue
 				}
 				select {
 				case answers <- a:
@@ -286,6 +305,12 @@ func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls 
 		select {
 		case <-ctx.Done():
 			return quorumAnswer{}, fmt.Errorf("client: %v: quorum read: waiting for a replica of the majority to receive what the others had: %w", op, context.Cause(ctx))
+		case a := <-late:
+			tr.Attempts++
+			left++ // not one of the polls
+			if a.err == nil && a.stamp.Covers(want) {
+				return a, nil
+			}
 		case a := <-answers:
 			tr.Attempts++
 			if a.err == nil {
@@ -295,6 +320,20 @@ func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls 
 		}
 	}
 	return quorumAnswer{}, errors.Join(errs...)
+}
+
+// answeredBy reports whether one of got came from replica id (0: unknown,
+// never a match).
+func answeredBy(got []quorumAnswer, id uint64) bool {
+	if id == 0 {
+		return false
+	}
+	for _, g := range got {
+		if g.stamp.Replica == id {
+			return true
+		}
+	}
+	return false
 }
 
 // quorumHedge is how long a quorum read waits for the majority it asked
@@ -355,14 +394,20 @@ func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitte
 }
 
 // awaitReceived asks the Status of every endpoint but origin's, each with
-// its own backoff, until need of them report that they have received the
-// operation id (their version vector includes it).
+// its own backoff, until need distinct replicas other than the origin
+// report that they have received the operation id (their version vector
+// includes it). An endpoint whose Status fails is marked down and asked
+// again: it counts as unable to answer only once it has failed for
+// quorumUnavailableAfter (a blip of the connection does not fail a write
+// its origin has applied); the write fails with ErrUnavailable once fewer
+// endpoints than it needs can answer.
 func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin string, route []*endpoint, need int, tr *OpTrace) error {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type receipt struct {
-		e   *endpoint
-		err error
+		e       *endpoint
+		replica uint64
+		err     error
 	}
 	receipts := make(chan receipt, len(route))
 	asked := 0
@@ -373,6 +418,7 @@ func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin strin
 		asked++
 		go func() {
 			backoff := quorumPollBackoff
+			var failingSince time.Time
 			for first := true; ; first = false {
 				if !first {
 					t := time.NewTimer(backoff)
@@ -388,20 +434,42 @@ func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin strin
 				if pctx.Err() != nil {
 					return
 				}
-				if err != nil {
-					receipts <- receipt{e, errorFromStatus(pctx, err)}
-					return
+				var r receipt
+				switch {
+				case err != nil:
+					err = errorFromStatus(pctx, err)
+					if !errors.Is(err, ErrUnavailable) {
+						r = receipt{e: e, err: err}
+						break
+					}
+					if failingSince.IsZero() {
+						failingSince = time.Now()
+						c.markDown(e, err)
+					}
+					if time.Since(failingSince) < quorumUnavailableAfter {
+						continue
+					}
+					r = receipt{e: e, err: err}
+				case rep.GetId() == id.Origin:
+					r = receipt{e: e, err: fmt.Errorf("replica %d, the write's origin, under another address", id.Origin)}
+				case rep.GetVv()[id.Origin] >= id.Seq:
+					r = receipt{e: e, replica: rep.GetId()}
+				default:
+					failingSince = time.Time{}
+					continue
 				}
-				if rep.GetId() != id.Origin && rep.GetVv()[id.Origin] >= id.Seq {
-					receipts <- receipt{e, nil}
-					return
-				}
+				receipts <- r
+				return
 			}
 		}()
 	}
+	confirmed := map[uint64]bool{}
 	var errs []error
 	for left := asked; need > 0; left-- {
 		if left < need {
+			if c.isClosed() {
+				return fmt.Errorf("client: %v: quorum write: %w", op, ErrClosed)
+			}
 			return fmt.Errorf("client: %v: quorum write of operation %d:%d: %d more of the %d endpoints must receive it, %d can answer: %w: %w",
 				op, id.Origin, id.Seq, need, len(route), left, ErrUnavailable, errors.Join(errs...))
 		}
@@ -410,18 +478,23 @@ func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin strin
 			return fmt.Errorf("client: %v: quorum write of operation %d:%d, accepted at %s: waiting for %d more replicas to receive it: %w", op, id.Origin, id.Seq, origin, need, context.Cause(ctx))
 		case r := <-receipts:
 			tr.Attempts++
-			if r.err == nil {
+			switch {
+			case r.err != nil:
+				errs = append(errs, fmt.Errorf("%s: %w", r.e.addr, r.err))
+			case r.replica != 0 && confirmed[r.replica]:
+				errs = append(errs, fmt.Errorf("%s: replica %d counted already", r.e.addr, r.replica))
+			default:
+				confirmed[r.replica] = true
 				need--
-				continue
 			}
-			if errors.Is(r.err, ErrUnavailable) {
-				c.markDown(r.e, r.err)
-			}
-			errs = append(errs, fmt.Errorf("%s: %w", r.e.addr, r.err))
 		}
 	}
 	return nil
 }
+
+// quorumUnavailableAfter is how long an endpoint's Status may fail before
+// a quorum write stops counting on it.
+const quorumUnavailableAfter = time.Second
 
 // coversAll returns the index of the stamp whose version vector covers
 // every other's (the longest committed order first, then the lowest index),

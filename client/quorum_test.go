@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/client"
@@ -124,6 +126,55 @@ func TestQuorumReadHedges(t *testing.T) {
 	}
 }
 
+// TestQuorumReadAsksPastARefusal: a replica that refuses the read before
+// running it (overloaded) does not fail a read that a majority can answer:
+// the read asks the next one.
+func TestQuorumReadAsksPastARefusal(t *testing.T) {
+	a, b := stamped(1, "a", 3, 0), stamped(2, "b", 3, 5*time.Millisecond)
+	c := &fakeStore{id: 3, fail: status.Error(codes.ResourceExhausted, "replica overloaded ("+api.RefusedMarker+")")}
+	addrA, _ := serve(t, a)
+	addrB, _ := serve(t, b)
+	addrC, _ := serve(t, c)
+	for _, opts := range [][]client.Option{nil, {client.WithQuorumHedge(0)}} {
+		cl := dial(t, []string{addrA, addrC, addrB}, opts...)
+		if _, err := final(t, cl.InvokeQuorum(t.Context(), client.Get("k"))); err != nil {
+			t.Fatalf("quorum read with one replica refusing (options %v): %v", opts, err)
+		}
+	}
+}
+
+// TestQuorumWriteOutlastsABlip: a replica whose Status fails for a moment
+// (a connection reset) still confirms the write once it answers again; an
+// endpoint that is the origin under another address never counts.
+func TestQuorumWriteOutlastsABlip(t *testing.T) {
+	a := &fakeStore{id: 1, prelim: &api.Result{Ok: true}}
+	b := &fakeStore{id: 2, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 1} }}
+	c := &fakeStore{id: 3, delay: 3 * time.Millisecond}
+	addrA, _ := serve(t, a)
+	addrB, _ := serve(t, b)
+	addrC, _ := serve(t, c)
+	cl := dial(t, []string{addrA, addrB, addrC})
+	b.statusFail.Store(true)
+	c.statusFail.Store(true)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		b.statusFail.Store(false)
+	}()
+	if v, err := final(t, cl.InvokeQuorum(t.Context(), client.Put("k", []byte("v")))); err != nil || v.Level != client.Quorum {
+		t.Fatalf("quorum write through a 50 ms blip of b: %v, %v", v.Level, err)
+	}
+
+	// a again, as "b": the origin under a second address.
+	twice := &fakeStore{id: 1, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 1} }}
+	addrT, _ := serve(t, twice)
+	cl2 := dial(t, []string{addrA, addrT})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	if _, err := final(t, cl2.InvokeQuorum(ctx, client.Put("k", []byte("v")))); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("quorum write whose only other endpoint is its origin: %v, want ErrUnavailable", err)
+	}
+}
+
 // TestQuorumWriteWaitsForAMajority: a quorum write returns once the origin
 // and one more of three replicas have received it (Continuous Partial
 // Quorums §1: QUORUM), fails with the context's error while no other
@@ -194,7 +245,7 @@ func TestQuorumWriteWaitsForAMajority(t *testing.T) {
 	}
 }
 
-func TestQuorumReadWaitsForTheNearest(t *testing.T) {
+func TestQuorumReadWaitsForACatchUp(t *testing.T) {
 	// a (near) and b have each received an operation the other has not;
 	// a receives b's on the third read.
 	var reads atomic.Int32

@@ -40,7 +40,7 @@ type cpqFlags struct {
 	replicaDelay                    time.Duration
 	replicaLoss                     float64
 	replicaLossStall                time.Duration
-	quorumHedge                     time.Duration
+	quorumHedge                     string
 	slaLatency                      time.Duration
 	slaStale, ctlP, ctlMaxStep      float64
 	ctlStrongerStale, slaStaleAt    float64
@@ -58,6 +58,8 @@ type cpqPlan struct {
 	ps      []float64
 	pqs     []float64
 	ads     []time.Duration
+	// quorumOpts are the options of the hosts' quorum clients.
+	quorumOpts []client.Option
 }
 
 func (f cpqFlags) plan() (*cpqPlan, error) {
@@ -78,6 +80,13 @@ func (f cpqFlags) plan() (*cpqPlan, error) {
 		default:
 			return nil, fmt.Errorf("--figures: %q: want 1, 2, 3, q, qq or ctl", fig)
 		}
+	}
+	if f.quorumHedge != "auto" {
+		d, err := time.ParseDuration(f.quorumHedge)
+		if err != nil || d < 0 || d > time.Minute {
+			return nil, fmt.Errorf("--quorum-hedge %q: want auto, or a duration from 0 to 1m", f.quorumHedge)
+		}
+		p.quorumOpts = []client.Option{client.WithQuorumHedge(d)}
 	}
 	if len(p.figures) == 0 {
 		return nil, fmt.Errorf("--figures %q: no figure", f.figures)
@@ -128,8 +137,6 @@ func (f cpqFlags) plan() (*cpqPlan, error) {
 		return nil, fmt.Errorf("--replica-loss %v: want 0 or more and less than 1", f.replicaLoss)
 	case f.replicaLossStall < 0 || f.replicaLossStall > 10*time.Second:
 		return nil, fmt.Errorf("--replica-loss-stall %v: want 0 to 10s", f.replicaLossStall)
-	case f.quorumHedge < -1 || f.quorumHedge > time.Minute:
-		return nil, fmt.Errorf("--quorum-hedge %v: want 0 to 1m, or -1 for the client's default", f.quorumHedge)
 	case (f.replicaLoss > 0) != (f.replicaLossStall > 0):
 		return nil, fmt.Errorf("--replica-loss %v and --replica-loss-stall %v: give both or neither", f.replicaLoss, f.replicaLossStall)
 	case f.changeAt < 0 || f.changeAt >= f.ctlDuration:
@@ -239,7 +246,7 @@ last distribution (check it with 'correctables check gamma').`,
 	fl.DurationVar(&f.replicaDelay, "replica-delay", 0, "one-way delay added to every message between replicas in every row (an emulated LAN on loopback), and between a client host and the other hosts' replicas")
 	fl.Float64Var(&f.replicaLoss, "replica-loss", 0, "emulated packet loss between replicas, and between a client host and the other hosts' replicas: probability that a burst of messages is held --replica-loss-stall longer, with what follows it on the link (TCP's retransmission)")
 	fl.DurationVar(&f.replicaLossStall, "replica-loss-stall", 0, "with --replica-loss: how much longer a lost burst takes")
-	fl.DurationVar(&f.quorumHedge, "quorum-hedge", -1, "when a quorum read asks the replicas beyond the nearest majority (client.WithQuorumHedge; 0: every replica at once; -1: the client's default, twice the majority's slowest RTT, at least 1ms)")
+	fl.StringVar(&f.quorumHedge, "quorum-hedge", "auto", "when a quorum read asks the replicas beyond the nearest majority (client.WithQuorumHedge): a duration, 0 for every replica at once, or auto for the client's default (twice the majority's slowest RTT, at least 1ms)")
 	fl.DurationVar(&f.slaLatency, "sla-latency", 0, "the SLA's read p95 bound (0: derived from figure 2)")
 	fl.Float64Var(&f.slaStale, "sla-stale", 0, "the SLA's stale fraction bound (0: derived from figure 2)")
 	fl.Float64Var(&f.slaStaleAt, "sla-stale-at", 0.6, "where a derived stale bound lies between the stronger level's stale fraction (0) and the weaker level's (1)")
@@ -255,14 +262,6 @@ last distribution (check it with 'correctables check gamma').`,
 	fl.StringVar(&f.csvPath, "csv", "", "write the rows as CSV to this file")
 	fl.StringVar(&f.tracePath, "trace", "", "write the last distribution's trace to this file")
 	return cmd
-}
-
-// quorumOpts are the options of the hosts' quorum clients.
-func (f cpqFlags) quorumOpts() []client.Option {
-	if f.quorumHedge < 0 {
-		return nil
-	}
-	return []client.Option{client.WithQuorumHedge(f.quorumHedge)}
 }
 
 // cpqRow is one printed row.
@@ -352,7 +351,7 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 			dist, n, net, p.f.rate, len(specs), p.f.duration, p.f.warmup, p.f.replicaDelay)
 		capacity := n + int(p.f.rate*1.3*(float64(len(specs))*(p.f.duration+p.f.warmup+2*p.f.period).Seconds()+(p.f.ctlDuration+p.f.warmup+2*p.f.period).Seconds())) + 10_000
 		err = withCPQCluster(ctx, p.f, false, func(c *cluster.Cluster, eps [][]string) error {
-			h, err := cpqbench.DialViews(ctx, eps, capacity, p.f.quorumOpts()...)
+			h, err := cpqbench.DialViews(ctx, eps, capacity, p.quorumOpts...)
 			if err != nil {
 				return err
 			}
@@ -403,7 +402,7 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 			ccfg.Duration = p.f.ctlDuration
 			fmt.Fprintf(progress, "bench cpq: controller, SLA %v, stronger level's staleness %.2f of the weaker's, %v more one-way between replicas at %v\n", sla, r, p.f.changeDelay, changeAt)
 			err = withCPQCluster(ctx, p.f, p.f.changeDelay > 0, func(c *cluster.Cluster, eps [][]string) error {
-				h, err := cpqbench.DialViews(ctx, eps, capacity, p.f.quorumOpts()...)
+				h, err := cpqbench.DialViews(ctx, eps, capacity, p.quorumOpts...)
 				if err != nil {
 					return err
 				}

@@ -164,7 +164,7 @@ final one, also when it is the only view asked for.
 				return errors.New("--weak and --strong exclude each other; give neither for both views")
 			}
 			if quorum && (weak || strong) {
-				return errors.New("--quorum asks for a quorum read's view only: give neither --weak nor --strong")
+				return errors.New("--quorum asks for the quorum level's view only: give neither --weak nor --strong")
 			}
 			if err := sf.check(op, weak, strong, cmd.Flags().Changed("cpq") || cmd.Flags().Changed("cpq-write")); err != nil {
 				return err

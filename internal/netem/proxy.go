@@ -593,8 +593,9 @@ func (p *Proxy) read(c *conn, src net.Conn, q chan<- chunk, dir int) {
 func (p *Proxy) write(c *conn, dst net.Conn, q <-chan chunk, dir int) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	precise := newPreciseTimer()
-	defer precise.close()
+	var precise *preciseTimer // made on the first delayed chunk (nil if no timerfd)
+	made := false
+	defer func() { precise.close() }()
 	for {
 		var ch chunk
 		select {
@@ -614,7 +615,12 @@ func (p *Proxy) write(c *conn, dst net.Conn, q <-chan chunk, dir int) {
 				return
 			}
 		}
-		precise.sleepUntil(ch.due)
+		if time.Until(ch.due) > 0 {
+			if !made {
+				precise, made = newPreciseTimer(), true
+			}
+			precise.sleepUntil(ch.due)
+		}
 		if !p.waitUp(c) {
 			return
 		}
