@@ -126,6 +126,16 @@ func TestQuorumReadHedges(t *testing.T) {
 	}
 }
 
+// refusingUpdates makes f refuse every update before running it (as an
+// overloaded replica does: the client tries the next endpoint), so that a
+// test's writes land at the replica it means, whatever the endpoints' RTTs.
+func refusingUpdates(f *fakeStore) *fakeStore {
+	f.script = func(req *api.InvokeRequest, stream grpc.ServerStreamingServer[api.ViewReply]) error {
+		return status.Error(codes.ResourceExhausted, "replica overloaded ("+api.RefusedMarker+")")
+	}
+	return f
+}
+
 // TestQuorumReadAsksPastARefusal: a replica that refuses the read before
 // running it (overloaded) does not fail a read that a majority can answer:
 // the read asks the next one.
@@ -148,8 +158,8 @@ func TestQuorumReadAsksPastARefusal(t *testing.T) {
 // endpoint that is the origin under another address never counts.
 func TestQuorumWriteOutlastsABlip(t *testing.T) {
 	a := &fakeStore{id: 1, prelim: &api.Result{Ok: true}}
-	b := &fakeStore{id: 2, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 1} }}
-	c := &fakeStore{id: 3, delay: 3 * time.Millisecond}
+	b := refusingUpdates(&fakeStore{id: 2, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 1} }})
+	c := refusingUpdates(&fakeStore{id: 3})
 	addrA, _ := serve(t, a)
 	addrB, _ := serve(t, b)
 	addrC, _ := serve(t, c)
@@ -165,7 +175,7 @@ func TestQuorumWriteOutlastsABlip(t *testing.T) {
 	}
 
 	// a again, as "b": the origin under a second address.
-	twice := &fakeStore{id: 1, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 1} }}
+	twice := refusingUpdates(&fakeStore{id: 1, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 1} }})
 	addrT, _ := serve(t, twice)
 	cl2 := dial(t, []string{addrA, addrT})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
@@ -189,15 +199,16 @@ func TestQuorumWriteWaitsForAMajority(t *testing.T) {
 	}
 	const lag = 40 * time.Millisecond
 	var bReceives atomic.Bool
-	// b and c are 3 ms away, a is the nearest.
-	b := &fakeStore{id: 2, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 {
+	// Only a takes updates (b and c refuse them before running them, so
+	// that the write lands at a whichever endpoint is nearest).
+	b := refusingUpdates(&fakeStore{id: 2, statusVV: func() map[uint64]uint64 {
 		at := writtenAt.Load()
 		if bReceives.Load() && at != 0 && time.Since(time.Unix(0, at)) >= lag {
 			return map[uint64]uint64{1: 7}
 		}
 		return map[uint64]uint64{1: 6}
-	}}
-	c := &fakeStore{id: 3, delay: 3 * time.Millisecond, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 6, 3: 9} }}
+	}})
+	c := refusingUpdates(&fakeStore{id: 3, statusVV: func() map[uint64]uint64 { return map[uint64]uint64{1: 6, 3: 9} }})
 	addrA, _ := serve(t, a)
 	addrB, _ := serve(t, b)
 	addrC, _ := serve(t, c)
