@@ -81,7 +81,10 @@ var quorumLevels = []correctable.Level{Quorum}
 // that starts after such an update completed may miss it (after a quorum
 // write it does not), and
 // two quorum reads may order concurrent updates differently (the views are
-// tentative states). The majority is of the endpoints the Client was
+// tentative states). Committed weak updates are in commit order, which for
+// updates from different replicas need not follow real time (Creek §4.1):
+// a quorum read includes every quorum write completed before it, but may,
+// rarely, return an earlier write's value over a later one's. The majority is of the endpoints the Client was
 // dialled with: give it every replica's endpoint. If no replica of the
 // majority catches up (they stopped receiving from the others), the read
 // waits until ctx ends.
