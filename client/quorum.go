@@ -272,15 +272,7 @@ func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls 
 	for _, g := range got {
 		go func() {
 			backoff := quorumPollBackoff
-			for {
-				t := time.NewTimer(backoff)
-				select {
-				case <-pctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				backoff = min(2*backoff, quorumPollMax)
+			for pollPause(pctx, &backoff) {
 				var t2 OpTrace
 				a := quorumAnswer{pos: g.pos, e: g.e}
 				_, _, a.err = c.invokeAt(pctx, g.e, req, ls, func(v correctable.View[Result]) error {
@@ -357,6 +349,20 @@ func quorumHedge(asked []*endpoint) time.Duration {
 // quorumHedgeMin bounds quorumHedge from below.
 const quorumHedgeMin = time.Millisecond
 
+// pollPause waits backoff, then doubles it up to quorumPollMax; it
+// reports false, at once, if ctx ends first.
+func pollPause(ctx context.Context, backoff *time.Duration) bool {
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	*backoff = min(2**backoff, quorumPollMax)
+	return true
+}
+
 // quorumPollBackoff and quorumPollMax space the repeated asks of a quorum
 // read that waits for a replica to catch up and of a quorum write that
 // waits for a majority to receive it: the first after quorumPollBackoff,
@@ -423,15 +429,8 @@ func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin strin
 			backoff := quorumPollBackoff
 			var failingSince time.Time
 			for first := true; ; first = false {
-				if !first {
-					t := time.NewTimer(backoff)
-					select {
-					case <-pctx.Done():
-						t.Stop()
-						return
-					case <-t.C:
-					}
-					backoff = min(2*backoff, quorumPollMax)
+				if !first && !pollPause(pctx, &backoff) {
+					return
 				}
 				rep, err := e.store.Status(pctx, &api.StatusRequest{})
 				if pctx.Err() != nil {

@@ -296,15 +296,7 @@ func TestQuorumReadWaitsForACatchUp(t *testing.T) {
 func TestQuorumReadE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := cluster.Start(cluster.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.DiscardHandler),
-		ReplicationDelay: map[uint64]time.Duration{1: 0, 2: 0, 3: 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
-	if _, err := cl.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cl := delayableCluster(ctx, t)
 	one, err := client.Dial(ctx, cl.Endpoints[:1])
 	if err != nil {
 		t.Fatal(err)
@@ -375,15 +367,7 @@ func TestQuorumReadE2E(t *testing.T) {
 func TestQuorumWriteE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := cluster.Start(cluster.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.DiscardHandler),
-		ReplicationDelay: map[uint64]time.Duration{1: 0, 2: 0, 3: 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
-	if _, err := cl.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cl := delayableCluster(ctx, t)
 	all, err := client.Dial(ctx, cl.Endpoints)
 	if err != nil {
 		t.Fatal(err)
@@ -436,4 +420,21 @@ func TestQuorumWriteE2E(t *testing.T) {
 			}
 		}
 	}
+}
+
+// delayableCluster starts a three-replica cluster whose links towards each
+// replica can be delayed (cluster.SetReplicationDelay), waits for its
+// leader, and stops it when the test ends.
+func delayableCluster(ctx context.Context, t *testing.T) *cluster.Cluster {
+	t.Helper()
+	cl, err := cluster.Start(cluster.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.DiscardHandler),
+		ReplicationDelay: map[uint64]time.Duration{1: 0, 2: 0, 3: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Stop() })
+	if _, err := cl.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
