@@ -466,8 +466,9 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 // client host per replica in its replica's region, the endpoints of every
 // replica as that host reaches them. Messages between replicas get delay
 // more one-way latency (and fl's loss); without a WAN, so do those between
-// a client host and the other hosts' replicas; with changeable, the links are delayable (even at
-// 0) for the controller's latency change.
+// a client host and the other hosts' replicas; with changeable, the links
+// between replicas are delayable (even at 0) for the controller's latency
+// change.
 func withCPQCluster(ctx context.Context, fl cpqFlags, changeable bool, f func(*cluster.Cluster, [][]string) error) error {
 	wan, delay := fl.wan, fl.replicaDelay
 	dir, err := os.MkdirTemp("", "correctables-cpq-")
