@@ -414,10 +414,15 @@ func (s *Server) loopDone() <-chan struct{} {
 }
 
 // loop owns the replica. It waits for an input, takes every other input
-// already queued (up to MaxBatch), and then handles the Ready once: one
-// fsync and one round of messages for the whole batch (group commit).
+// already queued (up to MaxBatch), and then pumps the driver: one write and
+// one fsync for the whole batch (group commit). The fsync runs off the
+// loop (driver.Pump): while it does, the loop goes on taking inputs into
+// the replica, and the next batch is written once the fsync ends; the
+// batch's messages and views leave only then.
 func (s *Server) loop() {
 	defer close(s.done)
+	// A write in flight ends before the storage may be closed.
+	defer s.drv.Wait()
 	defer func() {
 		// A panic in the core (raft panics on messages that contradict its
 		// log, e.g. forged by someone who reached the peer port) stops this
@@ -430,11 +435,19 @@ func (s *Server) loop() {
 	}()
 	ticker := time.NewTicker(s.cfg.Tick)
 	defer ticker.Stop()
+	var synced <-chan struct{} // the driver's write in flight (nil: none)
 	for {
+		// Operator requests (membership, leadership, backups) run between
+		// writes, on a replica whose state is durable.
+		do := s.do
+		if synced != nil {
+			do = nil
+		}
 		select {
 		case <-s.stop:
 			s.failWaiting()
 			return
+		case <-synced:
 		case <-ticker.C:
 			s.rep.Tick()
 		case m := <-s.inbound:
@@ -443,7 +456,7 @@ func (s *Server) loop() {
 			s.submitOne(req)
 		case reply := <-s.status:
 			reply <- s.statusReply()
-		case f := <-s.do:
+		case f := <-do:
 			f(s.rep)
 		}
 	drain:
@@ -459,13 +472,21 @@ func (s *Server) loop() {
 				break drain
 			}
 		}
-		if err := s.drv.HandleReady(); err != nil {
+		var progressed bool
+		var err error
+		synced, progressed, err = s.drv.Pump()
+		if err != nil {
 			// Fail-stop: the loop ends (done closes, so every request and
 			// stream gets Unavailable at once); Stop still cleans up.
 			s.loopErr = err
 			s.log.Error("replica failed; stopped", "err", err)
 			s.failWaiting()
 			return
+		}
+		if !progressed && synced != nil {
+			// The write in flight has not ended: no Ready was handled, so
+			// nothing the steps below look at has changed.
+			continue
 		}
 		s.unpark()
 		s.logCatchUp()
