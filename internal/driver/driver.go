@@ -191,12 +191,32 @@ func (d *Driver) InFlight() <-chan struct{} {
 	return d.flight.done
 }
 
+// InFlightSince returns when the write in flight started (zero: none).
+func (d *Driver) InFlightSince() time.Time {
+	if d.flight == nil {
+		return time.Time{}
+	}
+	return d.flight.start
+}
+
 // Wait blocks until the write in flight (if any) has ended; its Ready is
 // not advanced (the replica is being stopped).
 func (d *Driver) Wait() {
 	if d.flight != nil {
 		<-d.flight.done
 	}
+}
+
+// Settle waits for the write in flight (if any), finishes its Ready, and
+// handles the Readies left as HandleReady does, waiting for each write:
+// when it returns nil, nothing is in flight and everything the replica
+// has done is durable and out. The owner calls it before it acts on the
+// replica outside its steps (an operator's request: a membership change,
+// a backup), and Pump goes on afterwards.
+func (d *Driver) Settle() error {
+	d.Wait()
+	_, _, err := d.pump(false)
+	return err
 }
 
 func (d *Driver) pump(async bool) (synced <-chan struct{}, progressed bool, err error) {

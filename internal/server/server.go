@@ -436,13 +436,14 @@ func (s *Server) loop() {
 	ticker := time.NewTicker(s.cfg.Tick)
 	defer ticker.Stop()
 	var synced <-chan struct{} // the driver's write in flight (nil: none)
+	fail := func(err error) {
+		// Fail-stop: the loop ends (done closes, so every request and
+		// stream gets Unavailable at once); Stop still cleans up.
+		s.loopErr = err
+		s.log.Error("replica failed; stopped", "err", err)
+		s.failWaiting()
+	}
 	for {
-		// Operator requests (membership, leadership, backups) run between
-		// writes, on a replica whose state is durable.
-		do := s.do
-		if synced != nil {
-			do = nil
-		}
 		select {
 		case <-s.stop:
 			s.failWaiting()
@@ -455,8 +456,24 @@ func (s *Server) loop() {
 		case req := <-s.submit:
 			s.submitOne(req)
 		case reply := <-s.status:
-			reply <- s.statusReply()
-		case f := <-do:
+			// A write in flight for longer than Status may wait (a disk
+			// that stopped answering) gets no answer from the loop, as
+			// when the loop itself waited for the disk: Status falls back
+			// to the published reply, which goes stale, and clients'
+			// probes then take the replica for down.
+			if since := s.drv.InFlightSince(); since.IsZero() || time.Since(since) < statusWait {
+				reply <- s.statusReply()
+			}
+		case f := <-s.do:
+			// Operator requests (membership, leadership, backups) act on
+			// a replica whose state is durable and out: the write in
+			// flight ends first. Each costs the loop one fsync's wait, as
+			// every batch did before the fsync left the loop.
+			if err := s.drv.Settle(); err != nil {
+				fail(err)
+				return
+			}
+			synced = nil
 			f(s.rep)
 		}
 	drain:
@@ -476,11 +493,7 @@ func (s *Server) loop() {
 		var err error
 		synced, progressed, err = s.drv.Pump()
 		if err != nil {
-			// Fail-stop: the loop ends (done closes, so every request and
-			// stream gets Unavailable at once); Stop still cleans up.
-			s.loopErr = err
-			s.log.Error("replica failed; stopped", "err", err)
-			s.failWaiting()
+			fail(err)
 			return
 		}
 		if !progressed && synced != nil {

@@ -452,7 +452,8 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 // batch is written to the log and visible to reads (Entries, Term and the
 // rest see it), with durable, which blocks until the batch is durable (or
 // the write failed; the Store has failed then) and must be called exactly
-// once, from any goroutine, before the next SaveAsync, Save or Close. A nil
+// once, from any goroutine, before the next SaveAsync or Save and before
+// Close (other writes, such as MarkRemoved, may go on meanwhile). A nil
 // durable means there is nothing to wait for. Nothing that depends on the
 // batch being durable (an acknowledgement, a raft message that reports it)
 // may happen before durable returns nil. This lets a replica's loop go on
