@@ -184,7 +184,7 @@ type Node struct {
 	// finishing: the pump is the scheduled end of the fsync in flight
 	// (Options.FsyncTime).
 	finishing bool
-	midWrites   int
+	midWrites int
 
 	// joined: the node was added by a membership change and started
 	// empty with Join; peers are the ids it was started with (default:
