@@ -113,6 +113,10 @@ type Config struct {
 	// dropPeerMsg, if set (tests), drops the peer messages it selects
 	// before they are queued: a network fault between replicas.
 	dropPeerMsg func(replica.Message) bool
+	// fsyncOnLoop, if set (benchmarks), has the loop wait for each fsync
+	// (driver.HandleReady) instead of pipelining it (driver.Pump): the
+	// loop before the fsync left it, to measure what that bought.
+	fsyncOnLoop bool
 }
 
 func (c *Config) validate() error {
@@ -491,7 +495,11 @@ func (s *Server) loop() {
 		}
 		var progressed bool
 		var err error
-		synced, progressed, err = s.drv.Pump()
+		if s.cfg.fsyncOnLoop {
+			err, progressed = s.drv.HandleReady(), true
+		} else {
+			synced, progressed, err = s.drv.Pump()
+		}
 		if err != nil {
 			fail(err)
 			return
