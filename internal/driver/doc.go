@@ -21,11 +21,4 @@
 // every input that is queued (client submissions, peer messages, ticks), up
 // to a bound, and then calls HandleReady once, so that one fsync covers
 // every operation of the batch.
-//
-// The server pipelines this (Pump): it starts a Ready's write and, while
-// the fsync runs, goes on feeding the replica (Step, Submit and Tick, as
-// etcd raft's node goroutine does between Ready and Advance); the Ready's
-// messages, views and Advance wait for the fsync, and the inputs taken
-// meanwhile form the next batch. The simulation calls HandleReady, which
-// waits for each fsync: the order of what leaves is the same.
 package driver

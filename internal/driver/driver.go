@@ -101,8 +101,7 @@ type Driver struct {
 	// byte bound on the compaction margin.
 	persisted uint64
 	marks     []mark
-	base      uint64    // persisted at the last mark dropped (0: none)
-	flight    *inflight // the write Pump started and has not finished
+	base      uint64 // persisted at the last mark dropped (0: none)
 }
 
 // mark is the count of entry bytes persisted once the entry at index was.
@@ -130,123 +129,18 @@ func New(cfg Config) (*Driver, error) {
 	return &Driver{cfg: cfg}, nil
 }
 
-// AsyncStorage is a Storage that can write a Ready without waiting for the
-// fsync (internal/storage's Store is one): SaveAsync returns once the write
-// is visible to the storage's reads, with durable, which blocks until it is
-// durable (nil: nothing to wait for). Pump uses it.
-type AsyncStorage interface {
-	Storage
-	SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) (durable func() error, err error)
-}
-
-// inflight is a Ready whose write Pump started and whose fsync runs.
-type inflight struct {
-	rd    replica.Ready
-	start time.Time
-	done  chan struct{} // closed when durable has returned
-	err   error         // durable's result, set before done closes
-}
-
 // HandleReady handles every Ready the replica has, at most MaxReadies of
 // them: persist, then snapshot and compact, then send, then deliver, then
 // advance. An error means the storage failed or an invariant broke; the
-// replica must stop (fail-stop). It must not be called while a write Pump
-// started is in flight.
+// replica must stop (fail-stop).
 func (d *Driver) HandleReady() error {
-	if d.flight != nil {
-		return errors.New("driver: HandleReady with a write in flight (call Pump until it returns no channel)")
-	}
-	_, _, err := d.pump(false)
-	return err
-}
-
-// Pump is HandleReady pipelined (group commit with the fsync off the
-// loop): it handles the replica's Readies as HandleReady does, except that
-// when one's write must be fsynced it starts the write (Storage must be an
-// AsyncStorage), hands out the leader's early messages, and returns with
-// synced, a channel closed once the write is durable, instead of waiting
-// (a Storage without SaveAsync is written and waited for as HandleReady
-// does).
-// Until then the owner may go on stepping the replica (Step, Submit, Tick:
-// what etcd raft allows between Ready and Advance), but must not call
-// Ready; its next Pump call after synced is closed sends the Ready's
-// messages, delivers its views, advances, and goes on with the next
-// Ready. A Pump call before synced is closed does nothing and returns the
-// same channel. So a replica's loop takes in the next batch while the last
-// one is fsynced, and nothing is acknowledged before it is durable, as with
-// HandleReady. progressed reports whether the call handled a Ready
-// (advanced one or started a write). An error: as HandleReady.
-func (d *Driver) Pump() (synced <-chan struct{}, progressed bool, err error) {
-	_, async := d.cfg.Storage.(AsyncStorage)
-	return d.pump(async)
-}
-
-// InFlight returns the channel of the write Pump started and has not
-// finished (nil: none). Wait blocks until that write has ended, so that
-// its storage can be closed: a runtime that stops calls it.
-func (d *Driver) InFlight() <-chan struct{} {
-	if d.flight == nil {
-		return nil
-	}
-	return d.flight.done
-}
-
-// InFlightSince returns when the write in flight started (zero: none).
-func (d *Driver) InFlightSince() time.Time {
-	if d.flight == nil {
-		return time.Time{}
-	}
-	return d.flight.start
-}
-
-// Wait blocks until the write in flight (if any) has ended; its Ready is
-// not advanced (the replica is being stopped).
-func (d *Driver) Wait() {
-	if d.flight != nil {
-		<-d.flight.done
-	}
-}
-
-// Settle waits for the write in flight (if any), finishes its Ready, and
-// handles the Readies left as HandleReady does, waiting for each write:
-// when it returns nil, nothing is in flight and everything the replica
-// has done is durable and out. The owner calls it before it acts on the
-// replica outside its steps (an operator's request: a membership change,
-// a backup), and Pump goes on afterwards.
-func (d *Driver) Settle() error {
-	d.Wait()
-	_, _, err := d.pump(false)
-	return err
-}
-
-func (d *Driver) pump(async bool) (synced <-chan struct{}, progressed bool, err error) {
 	var round Round
 	rep := d.cfg.Replica
 	defer func() {
-		if d.cfg.Observe != nil && (round.Readies > 0 || round.Saves > 0) {
+		if d.cfg.Observe != nil && round.Readies > 0 {
 			d.cfg.Observe(round)
 		}
 	}()
-	if f := d.flight; f != nil {
-		select {
-		case <-f.done:
-		default:
-			return f.done, false, nil
-		}
-		d.flight = nil
-		if f.err != nil {
-			return nil, false, fmt.Errorf("driver: persisting: %w", f.err)
-		}
-		// The write counts in the round that finishes it.
-		round.Saves++
-		round.Entries += len(f.rd.Entries)
-		round.OwnOps += len(f.rd.Persist)
-		round.Save += time.Since(f.start)
-		progressed = true
-		if err := d.finish(f.rd, &round); err != nil {
-			return nil, progressed, err
-		}
-	}
 	for rep.HasReady() {
 		if round.Readies == d.cfg.MaxReadies {
 			// Yield to the owner's loop; what is left is handled next call.
@@ -256,13 +150,12 @@ func (d *Driver) pump(async bool) (synced <-chan struct{}, progressed bool, err 
 				d.cfg.Logger.Warn("driver: replica still reports a Ready after the round's limit; returning to the loop",
 					"readies", round.Readies, "messages", round.Messages, "views", round.Views, "saves", round.Saves)
 			}
-			return nil, progressed, nil
+			return nil
 		}
 		rd, err := rep.Ready()
 		if err != nil {
-			return nil, progressed, err
+			return err
 		}
-		progressed = true
 		round.Readies++
 		// A leader's appends and heartbeats go out while it writes (raft
 		// thesis §10.2.1, as etcd does): its followers persist in parallel
@@ -277,59 +170,33 @@ func (d *Driver) pump(async bool) (synced <-chan struct{}, progressed bool, err 
 		if len(rd.Entries) > 0 || len(rd.Persist) > 0 || (rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState)) ||
 			(rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)) {
 			start := time.Now()
-			if async {
-				durable, err := d.cfg.Storage.(AsyncStorage).SaveAsync(rd.HardState, rd.Entries, rd.Snapshot, rd.Persist)
-				if err != nil {
-					return nil, progressed, fmt.Errorf("driver: persisting: %w", err)
-				}
-				d.markEntries(rd.Entries)
-				if durable != nil {
-					f := &inflight{rd: rd, start: start, done: make(chan struct{})}
-					d.flight = f
-					go func() {
-						f.err = durable()
-						close(f.done)
-					}()
-					return f.done, progressed, nil
-				}
-			} else {
-				if err := d.cfg.Storage.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.Persist); err != nil {
-					return nil, progressed, fmt.Errorf("driver: persisting: %w", err)
-				}
-				d.markEntries(rd.Entries)
+			if err := d.cfg.Storage.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.Persist); err != nil {
+				return fmt.Errorf("driver: persisting: %w", err)
 			}
+			round.Save += time.Since(start)
+			d.markEntries(rd.Entries)
 			round.Saves++
 			round.Entries += len(rd.Entries)
 			round.OwnOps += len(rd.Persist)
-			round.Save += time.Since(start)
 		}
-		if err := d.finish(rd, &round); err != nil {
-			return nil, progressed, err
+		if req := rd.CreateSnapshot; req != nil {
+			if err := d.snapshot(req); err != nil {
+				return err
+			}
+			round.Snapshot = true
 		}
-	}
-	return nil, progressed, nil
-}
-
-// finish handles a Ready whose write is durable: snapshot and compact,
-// send, deliver, advance.
-func (d *Driver) finish(rd replica.Ready, round *Round) error {
-	if req := rd.CreateSnapshot; req != nil {
-		if err := d.snapshot(req); err != nil {
-			return err
+		for _, m := range rd.Messages {
+			d.cfg.Send(m)
 		}
-		round.Snapshot = true
-	}
-	for _, m := range rd.Messages {
-		d.cfg.Send(m)
-	}
-	round.Messages += len(rd.Messages)
-	for _, v := range rd.Views {
-		if err := d.cfg.Deliver(v); err != nil {
-			return fmt.Errorf("driver: delivering a view: %w", err)
+		round.Messages += len(rd.Messages)
+		for _, v := range rd.Views {
+			if err := d.cfg.Deliver(v); err != nil {
+				return fmt.Errorf("driver: delivering a view: %w", err)
+			}
 		}
+		round.Views += len(rd.Views)
+		rep.Advance(rd)
 	}
-	round.Views += len(rd.Views)
-	d.cfg.Replica.Advance(rd)
 	return nil
 }
 

@@ -113,10 +113,6 @@ type Config struct {
 	// dropPeerMsg, if set (tests), drops the peer messages it selects
 	// before they are queued: a network fault between replicas.
 	dropPeerMsg func(replica.Message) bool
-	// fsyncOnLoop, if set (benchmarks), has the loop wait for each fsync
-	// (driver.HandleReady) instead of pipelining it (driver.Pump): the
-	// loop before the fsync left it, to measure what that bought.
-	fsyncOnLoop bool
 }
 
 func (c *Config) validate() error {
@@ -418,15 +414,10 @@ func (s *Server) loopDone() <-chan struct{} {
 }
 
 // loop owns the replica. It waits for an input, takes every other input
-// already queued (up to MaxBatch), and then pumps the driver: one write and
-// one fsync for the whole batch (group commit). The fsync runs off the
-// loop (driver.Pump): while it does, the loop goes on taking inputs into
-// the replica, and the next batch is written once the fsync ends; the
-// batch's messages and views leave only then.
+// already queued (up to MaxBatch), and then handles the Ready once: one
+// fsync and one round of messages for the whole batch (group commit).
 func (s *Server) loop() {
 	defer close(s.done)
-	// A write in flight ends before the storage may be closed.
-	defer s.drv.Wait()
 	defer func() {
 		// A panic in the core (raft panics on messages that contradict its
 		// log, e.g. forged by someone who reached the peer port) stops this
@@ -439,20 +430,11 @@ func (s *Server) loop() {
 	}()
 	ticker := time.NewTicker(s.cfg.Tick)
 	defer ticker.Stop()
-	var synced <-chan struct{} // the driver's write in flight (nil: none)
-	fail := func(err error) {
-		// Fail-stop: the loop ends (done closes, so every request and
-		// stream gets Unavailable at once); Stop still cleans up.
-		s.loopErr = err
-		s.log.Error("replica failed; stopped", "err", err)
-		s.failWaiting()
-	}
 	for {
 		select {
 		case <-s.stop:
 			s.failWaiting()
 			return
-		case <-synced:
 		case <-ticker.C:
 			s.rep.Tick()
 		case m := <-s.inbound:
@@ -460,24 +442,8 @@ func (s *Server) loop() {
 		case req := <-s.submit:
 			s.submitOne(req)
 		case reply := <-s.status:
-			// A write in flight for longer than Status may wait (a disk
-			// that stopped answering) gets no answer from the loop, as
-			// when the loop itself waited for the disk: Status falls back
-			// to the published reply, which goes stale, and clients'
-			// probes then take the replica for down.
-			if since := s.drv.InFlightSince(); since.IsZero() || time.Since(since) < statusWait {
-				reply <- s.statusReply()
-			}
+			reply <- s.statusReply()
 		case f := <-s.do:
-			// Operator requests (membership, leadership, backups) act on
-			// a replica whose state is durable and out: the write in
-			// flight ends first. Each costs the loop one fsync's wait, as
-			// every batch did before the fsync left the loop.
-			if err := s.drv.Settle(); err != nil {
-				fail(err)
-				return
-			}
-			synced = nil
 			f(s.rep)
 		}
 	drain:
@@ -493,21 +459,13 @@ func (s *Server) loop() {
 				break drain
 			}
 		}
-		var progressed bool
-		var err error
-		if s.cfg.fsyncOnLoop {
-			err, progressed = s.drv.HandleReady(), true
-		} else {
-			synced, progressed, err = s.drv.Pump()
-		}
-		if err != nil {
-			fail(err)
+		if err := s.drv.HandleReady(); err != nil {
+			// Fail-stop: the loop ends (done closes, so every request and
+			// stream gets Unavailable at once); Stop still cleans up.
+			s.loopErr = err
+			s.log.Error("replica failed; stopped", "err", err)
+			s.failWaiting()
 			return
-		}
-		if !progressed && synced != nil {
-			// The write in flight has not ended: no Ready was handled, so
-			// nothing the steps below look at has changed.
-			continue
 		}
 		s.unpark()
 		s.logCatchUp()

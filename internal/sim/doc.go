@@ -8,9 +8,7 @@
 // Each simulated replica runs the production IO path: internal/driver
 // handles its Ready (persist, snapshot, send, deliver, advance), with the
 // simulated network as Send and the simulated clients as Deliver (with
-// Options.GroupCommit, inputs share Readies as in the server's loop; with
-// Options.FsyncTime, the driver pipelines as in the server, driver.Pump:
-// inputs reach the replica while a Ready's fsync is in flight), over
+// Options.GroupCommit, inputs share Readies as in the server's loop), over
 // internal/storage (Pebble, synced writes) on the node's own
 // vfs.NewCrashableMem filesystem. A crash replaces that filesystem by a crash
 // clone (a power loss keeps exactly what was synced, a process crash keeps

@@ -59,9 +59,6 @@ func (c *Cluster) retire(n *Node) {
 	}
 	c.lastFault = c.now
 	c.noteTentative(n)
-	if n.drv != nil {
-		n.drv.Wait()
-	}
 	if n.store != nil {
 		_ = n.store.Close()
 	}

@@ -83,14 +83,6 @@ type Options struct {
 	// in the server's loop (which takes every queued input before one
 	// Ready). Zero handles the Ready after every input.
 	GroupCommit time.Duration
-	// FsyncTime, if set, runs the driver as the server does (driver.Pump,
-	// the fsync off the loop): a Ready's write starts, and its fsync is
-	// taken to end a random virtual time up to FsyncTime later; until then
-	// the node goes on taking inputs (steps, submissions, ticks) and its
-	// Ready's messages and views wait. A crash meanwhile keeps the write
-	// (it is synced by then: the node waits for the real fsync); a crash
-	// inside the write is Faults.MidWriteCrashes's.
-	FsyncTime time.Duration
 	// SnapshotEntries is passed to the replicas (see replica.Config);
 	// small values exercise snapshots and catch-up. Default: off (-1).
 	SnapshotEntries int
@@ -181,10 +173,7 @@ type Node struct {
 	kicked bool
 	// crashAtSave: the node dies at its next Save (Faults.MidWriteCrashes).
 	crashAtSave bool
-	// finishing: the pump is the scheduled end of the fsync in flight
-	// (Options.FsyncTime).
-	finishing bool
-	midWrites int
+	midWrites   int
 
 	// joined: the node was added by a membership change and started
 	// empty with Join; peers are the ids it was started with (default:
@@ -215,13 +204,6 @@ func (s crashingStore) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 		return errMidWrite
 	}
 	return s.Store.Save(hs, ents, snap, own)
-}
-
-func (s crashingStore) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) (func() error, error) {
-	if s.n.crashAtSave {
-		return nil, errMidWrite
-	}
-	return s.Store.SaveAsync(hs, ents, snap, own)
 }
 
 // Cluster is one simulation run.
@@ -392,9 +374,6 @@ const compactMargin = 5
 // Close closes every store; Run calls it when the run ends.
 func (c *Cluster) Close() {
 	for _, n := range c.Nodes {
-		if n.drv != nil {
-			n.drv.Wait()
-		}
 		if n.store != nil {
 			_ = n.store.Close()
 			n.store = nil
@@ -427,13 +406,7 @@ func (c *Cluster) pump(n *Node) {
 	if n.drv == nil || c.err != nil {
 		return
 	}
-	var err error
-	if c.opt.FsyncTime > 0 {
-		err = c.pumpPipelined(n)
-	} else {
-		err = n.drv.HandleReady()
-	}
-	if err != nil {
+	if err := n.drv.HandleReady(); err != nil {
 		if errors.Is(err, errMidWrite) {
 			n.midWrites++
 			c.Crash(n.ID)
@@ -448,30 +421,6 @@ func (c *Cluster) pump(n *Node) {
 		c.fail(err)
 	}
 	c.observeMembers(n)
-}
-
-// pumpPipelined is pump with Options.FsyncTime: while a write is in
-// flight only its scheduled end pumps; a pump that starts a write
-// schedules that end.
-func (c *Cluster) pumpPipelined(n *Node) error {
-	if n.drv.InFlight() != nil && !n.finishing {
-		return nil // the inputs wait for the fsync's end, as in the server
-	}
-	synced, _, err := n.drv.Pump()
-	if err != nil || synced == nil {
-		return err
-	}
-	drv := n.drv
-	c.At(time.Duration(1+c.rng.Int64N(int64(c.opt.FsyncTime))), func() {
-		if n.drv != drv {
-			return // crashed meanwhile
-		}
-		<-synced // the real fsync (of the in-memory filesystem) ends at once
-		n.finishing = true
-		c.pump(n)
-		n.finishing = false
-	})
-	return nil
 }
 
 // kick has the node's Ready handled after an input: at once, or with
@@ -596,9 +545,6 @@ func (c *Cluster) Crash(id uint64) {
 	}
 	c.lastFault = c.now
 	c.noteTentative(n)
-	if n.drv != nil {
-		n.drv.Wait() // a write in flight (Options.FsyncTime) ends first
-	}
 	keep := 100
 	if c.opt.noSync || c.rng.IntN(2) == 0 {
 		keep = 0

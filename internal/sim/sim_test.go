@@ -27,10 +27,6 @@ import (
 const (
 	defaultSeeds = 24
 	defaultFresh = 2
-	// pipelinedBit marks the seeds whose runs pipeline the fsync
-	// (seedOptions); TestSimulation runs the fixed seeds 1..defaultSeeds
-	// with it set too.
-	pipelinedBit = 1 << 40
 )
 
 func envCount(t *testing.T, name string, def int) int {
@@ -65,12 +61,6 @@ func seedOptions(seed uint64) Options {
 	if (seed/uint64(len(mixes)))%2 == 1 {
 		o.GroupCommit = 3 * time.Millisecond
 	}
-	// Seeds with bit 40 set (half the fresh ones, and the pipelined fixed
-	// seeds of TestSimulation) run the driver as the server does, with the
-	// fsync off the loop (Options.FsyncTime).
-	if seed&pipelinedBit != 0 {
-		o.FsyncTime = 5 * time.Millisecond
-	}
 	// A third of the seeds (seed/10 a multiple of 3, a rule that leaves the
 	// regression seeds as they were found) crash nodes inside a Save too.
 	if o.Faults.Crashes && (seed/10)%3 == 0 {
@@ -88,9 +78,6 @@ func describe(seed uint64) string {
 	}
 	if o.Faults.MidWriteCrashes {
 		gc += ", crashes inside writes"
-	}
-	if o.FsyncTime > 0 {
-		gc += ", fsync off the loop"
 	}
 	return fmt.Sprintf("mix %s, %d replicas%s", mixOf(seed), o.Replicas, gc)
 }
@@ -175,15 +162,11 @@ func TestSimulation(t *testing.T) {
 		return
 	}
 	var seeds []uint64
-	n := envCount(t, "CORRECTABLES_SIM_SEEDS", defaultSeeds)
-	for s := 1; s <= n; s++ {
+	for s := 1; s <= envCount(t, "CORRECTABLES_SIM_SEEDS", defaultSeeds); s++ {
 		seeds = append(seeds, uint64(s))
 	}
-	for s := 1; s <= n; s++ {
-		seeds = append(seeds, pipelinedBit|uint64(s))
-	}
 	fresh := freshSeeds(envCount(t, "CORRECTABLES_SIM_FRESH", defaultFresh))
-	t.Logf("sim: %d fixed seeds (1..%d, and the same with bit 40 set: fsync off the loop) and fresh seeds %v; mixes %v by seed mod %d", len(seeds), n, fresh, mixes, len(mixes))
+	t.Logf("sim: %d fixed seeds (1..%d) and fresh seeds %v; mixes %v by seed mod %d", len(seeds), len(seeds), fresh, mixes, len(mixes))
 	seeds = append(seeds, fresh...)
 	failed := runSeeds(t, seeds, seedOptions, func(seed uint64, res Result) {
 		t.Errorf("sim: seed %d failed (%s): %v\n(replay: %s)", seed, describe(seed), res.Err, replay(seed))
@@ -244,8 +227,8 @@ func TestDeterministic(t *testing.T) {
 			t.Errorf("%d crashes, none inside a write: want some among the seeds", crashes)
 		}
 	}()
-	for _, seed := range []uint64{15, 6, 22, 3, 14, pipelinedBit | 4, pipelinedBit | 5} {
-		t.Run(fmt.Sprintf("seed%d_%s_gc%v_pipelined%v", seed, mixOf(seed), seedOptions(seed).GroupCommit > 0, seedOptions(seed).FsyncTime > 0), func(t *testing.T) {
+	for _, seed := range []uint64{15, 6, 22, 3, 14} {
+		t.Run(fmt.Sprintf("seed%d_%s_gc%v", seed, mixOf(seed), seedOptions(seed).GroupCommit > 0), func(t *testing.T) {
 			var runs [3]Result
 			var wg sync.WaitGroup
 			for i := range 2 {

@@ -18,20 +18,14 @@ import (
 // TestWriteError: when the disk fails under a Save (the WAL write, or its
 // fsync), Save returns an error, never a silent success; the Store then
 // refuses every call (fail-stop), and reopening recovers exactly the Saves
-// that returned nil. The same through SaveAsync: the failure comes from
-// SaveAsync or from its durable, never neither.
+// that returned nil.
 func TestWriteError(t *testing.T) {
-	write := []errorfs.OpKind{errorfs.OpFileWrite, errorfs.OpFileWriteAt}
-	sync := []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo}
 	for _, tc := range []struct {
 		name  string
 		kinds []errorfs.OpKind
-		async bool
 	}{
-		{"write", write, false},
-		{"sync", sync, false},
-		{"async-write", write, true},
-		{"async-sync", sync, true},
+		{"write", []errorfs.OpKind{errorfs.OpFileWrite, errorfs.OpFileWriteAt}},
+		{"sync", []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := vfs.NewCrashableMem()
@@ -52,20 +46,7 @@ func TestWriteError(t *testing.T) {
 			}
 
 			inject.On()
-			save := s.Save
-			if tc.async {
-				save = func(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
-					durable, err := s.SaveAsync(hs, ents, snap, own)
-					if err != nil {
-						return err
-					}
-					if durable == nil {
-						t.Fatal("SaveAsync of entries and operations gave nothing to wait for")
-					}
-					return durable()
-				}
-			}
-			err := save(&raftpb.HardState{Term: proto.Uint64(2), Commit: proto.Uint64(6)},
+			err := s.Save(&raftpb.HardState{Term: proto.Uint64(2), Commit: proto.Uint64(6)},
 				[]*raftpb.Entry{ent(6, 2, "lost")}, nil, []*replica.Req{req(6, "lost")})
 			if !errors.Is(err, ErrFailed) {
 				t.Fatalf("Save on a failing disk: %v, want ErrFailed", err)

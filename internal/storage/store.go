@@ -444,41 +444,13 @@ func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
 // argument (an old snapshot, entries that leave a gap) returns an error and
 // writes nothing; a failed write fails the Store (see ErrFailed).
 func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
-	_, err := s.save(hs, ents, snap, own, false)
-	return err
-}
-
-// SaveAsync is Save that does not wait for the fsync: it returns once the
-// batch is written to the log and visible to reads (Entries, Term and the
-// rest see it), with durable, which blocks until the batch is durable (or
-// the write failed; the Store has failed then) and must be called exactly
-// once, from any goroutine, before the next SaveAsync or Save and before
-// Close (other writes, such as MarkRemoved, may go on meanwhile). A nil
-// durable means there is nothing to wait for. Nothing that depends on the
-// batch being durable (an acknowledgement, a raft message that reports it)
-// may happen before durable returns nil. This lets a replica's loop go on
-// stepping its replica during the fsync (as etcd raft's node goroutine does
-// between Ready and Advance), so that the fsync of one batch overlaps the
-// work of the next. Built on Pebble's DB.ApplyNoSyncWait and
-// Batch.SyncWait: the batch enters the write-ahead log in order, and
-// SyncWait returns once the log is synced past it.
-func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) (durable func() error, err error) {
-	return s.save(hs, ents, snap, own, true)
-}
-
-func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req, async bool) (durable func() error, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return nil, s.err
+		return s.err
 	}
 	b := s.db.NewBatch()
-	closeBatch := true
-	defer func() {
-		if closeBatch {
-			_ = b.Close()
-		}
-	}()
+	defer b.Close()
 
 	trunc, last, snapMeta := s.trunc, s.last, s.snapMeta
 	resetTail := false
@@ -486,17 +458,17 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 		snap = raftpb.EnsureSnapshot(proto.Clone(snap).(*raftpb.Snapshot))
 		idx := snap.GetMetadata().GetIndex()
 		if cur := s.snapMeta.GetIndex(); cur != 0 && cur >= idx {
-			return nil, raft.ErrSnapOutOfDate
+			return raft.ErrSnapOutOfDate
 		}
 		if err := b.Set(keySnapshot, marshal(snap), nil); err != nil {
-			return nil, err
+			return err
 		}
 		if err := b.DeleteRange(logKey(0), logEnd(), nil); err != nil {
-			return nil, err
+			return err
 		}
 		trunc = truncated{Index: idx, Term: snap.GetMetadata().GetTerm()}
 		if err := b.Set(keyTruncated, trunc.encode(), nil); err != nil {
-			return nil, err
+			return err
 		}
 		last, snapMeta, resetTail = idx, snap.GetMetadata(), true
 	}
@@ -505,7 +477,7 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if len(ents) > 0 {
 		for k, e := range ents {
 			if e.GetIndex() != ents[0].GetIndex()+uint64(k) {
-				return nil, fmt.Errorf("%w: entry %d at position %d after index %d", ErrInvalid, e.GetIndex(), k, ents[0].GetIndex())
+				return fmt.Errorf("%w: entry %d at position %d after index %d", ErrInvalid, e.GetIndex(), k, ents[0].GetIndex())
 			}
 		}
 		first := trunc.Index + 1
@@ -516,19 +488,19 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 				ents = ents[first-ents[0].GetIndex():]
 			}
 			if e0 := ents[0].GetIndex(); e0 > last+1 {
-				return nil, fmt.Errorf("%w: missing log entry [last: %d, append at: %d]", ErrInvalid, last, e0)
+				return fmt.Errorf("%w: missing log entry [last: %d, append at: %d]", ErrInvalid, last, e0)
 			}
 			for _, e := range ents {
 				key, val := s.scratch(prefixLog, e.GetIndex(), e)
 				if err := b.Set(key, val, nil); err != nil {
-					return nil, err
+					return err
 				}
 				entBytes += len(val)
 			}
 			// Drop the conflicting suffix past the new end.
 			if newLast < last {
 				if err := deleteLog(b, newLast+1, last+1); err != nil {
-					return nil, err
+					return err
 				}
 			}
 			last = newLast
@@ -539,43 +511,28 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if hs != nil && !raft.IsEmptyHardState(hs) {
 		newHS = proto.Clone(hs).(*raftpb.HardState)
 		if err := b.Set(keyHardState, s.marshalScratch(newHS), nil); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, q := range own {
 		if q == nil || q.ID.Seq == 0 {
-			return nil, fmt.Errorf("%w: own operation without a sequence number", ErrInvalid)
+			return fmt.Errorf("%w: own operation without a sequence number", ErrInvalid)
 		}
 		s.buf = replica.AppendReq(binary.BigEndian.AppendUint64(append(s.buf[:0], prefixOwn), q.ID.Seq), q)
 		if err := b.Set(s.buf[:indexedKeyLen], s.buf[indexedKeyLen:], nil); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if b.Empty() {
-		return nil, nil
+		return nil
 	}
 	sync := len(ents) > 0 || len(own) > 0 || resetTail ||
 		(newHS != nil && (s.hs == nil || newHS.GetTerm() != s.hs.GetTerm() || newHS.GetVote() != s.hs.GetVote()))
 	if cap(s.buf) > maxScratch {
 		s.buf = nil
 	}
-	if async && sync && s.wo.Sync {
-		if err := s.applyNoSyncWait(b); err != nil {
-			return nil, err
-		}
-		closeBatch = false
-		durable = func() error {
-			err := b.SyncWait()
-			_ = b.Close()
-			if err != nil {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				return s.fail(err)
-			}
-			return nil
-		}
-	} else if err := s.commitSync(b, sync); err != nil {
-		return nil, err
+	if err := s.commitSync(b, sync); err != nil {
+		return err
 	}
 
 	// Committed: now the caches follow.
@@ -587,7 +544,7 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	}
 	s.trunc, s.last, s.snapMeta = trunc, last, snapMeta
 	s.appendTail(ents, entBytes)
-	return durable, nil
+	return nil
 }
 
 // scratch encodes the key of the record at index i under prefix and the
@@ -820,30 +777,14 @@ func (s *Store) commitSync(b *pebble.Batch, sync bool) error {
 	if !sync {
 		wo = pebble.NoSync
 	}
-	if err := catchFatal(func() error { return b.Commit(wo) }); err != nil {
-		return s.fail(err)
-	}
-	return nil
-}
-
-// applyNoSyncWait applies b, fsynced, without waiting for the fsync (the
-// caller calls b.SyncWait).
-func (s *Store) applyNoSyncWait(b *pebble.Batch) error {
-	if err := catchFatal(func() error { return s.db.ApplyNoSyncWait(b, s.wo) }); err != nil {
-		return s.fail(err)
-	}
-	return nil
-}
-
-// fail records a failed write: the Store refuses every call from now on.
-// The caller holds s.mu.
-func (s *Store) fail(err error) error {
-	if s.err == nil {
+	err := catchFatal(func() error { return b.Commit(wo) })
+	if err != nil {
 		s.err = fmt.Errorf("%w: %w", ErrFailed, err)
 		s.tail, s.tailBytes = nil, 0
 		s.opts.Logger.Error("storage: write failed; the store refuses all calls until reopened", "err", err)
+		return s.err
 	}
-	return s.err
+	return nil
 }
 
 // catchFatal runs fn and turns a pebbleLogger.Fatalf panic into an error.
