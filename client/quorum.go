@@ -209,17 +209,14 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 			return fmt.Errorf("client: %v at %s: %w", op, a.e.addr, ErrClosed)
 		}
 		var err error
-		switch {
-		case a.err == nil:
+		if a.err == nil {
 			// A second address of a replica that answered: it does not
 			// count towards the majority.
 			err = fmt.Errorf("client: %v at %s: replica %d answered already", op, a.e.addr, a.stamp.Replica)
-		case refusedUnrun(a.err):
-			// Refused before running (overloaded, busy): another replica
-			// may answer; the endpoint stays up.
-			err = fmt.Errorf("client: %v at %s: %w", op, a.e.addr, a.err)
-		default:
-			err = fmt.Errorf("client: %v at %s: %w", op, a.e.addr, a.err)
+		} else if err = fmt.Errorf("client: %v at %s: %w", op, a.e.addr, a.err); !refusedUnrun(a.err) {
+			// Refused before running (overloaded, busy) leaves the
+			// endpoint up and another replica may answer; otherwise
+			// only an unavailable endpoint is replaced.
 			if !errors.Is(err, ErrUnavailable) {
 				return err
 			}
