@@ -29,7 +29,8 @@ type Stats struct {
 	Hedges uint64
 	// BytesSent and BytesReceived are the encoded sizes of the requests
 	// sent and the view replies received (proto.Size): the payload the
-	// protocol moves, without gRPC or HTTP/2 framing.
+	// protocol moves, without gRPC or HTTP/2 framing. Calls that went
+	// together in one CallBatch share its reply's size equally.
 	BytesSent, BytesReceived uint64
 	// BytesSaved estimates the bytes confirmations saved: for each, the
 	// encoded size of the preliminary result it stood for, which a final
