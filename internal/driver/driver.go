@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -75,6 +76,15 @@ type Config struct {
 	// keep its owner's loop from its ticks, requests and Stop. A normal
 	// round needs a handful. Default DefaultMaxReadies.
 	MaxReadies int
+	// Post, if set, stores snapshots in the background: the driver encodes
+	// and writes a snapshot the replica asks for on a goroutine of its own
+	// while the replica goes on, then hands Post the rest (compacting the
+	// log behind it, telling the replica), which Post must run on the
+	// goroutine that calls HandleReady (the owner's loop), or drop and
+	// return false once that has stopped. Without Post (the simulation,
+	// which must stay deterministic) a snapshot is stored within
+	// HandleReady. The owner calls Wait before it closes the Storage.
+	Post func(func()) bool
 }
 
 // Round is what one HandleReady call did.
@@ -102,6 +112,12 @@ type Driver struct {
 	persisted uint64
 	marks     []mark
 	base      uint64 // persisted at the last mark dropped (0: none)
+	// A background snapshot (Config.Post): snapBusy while one is being
+	// written, snapErr if one failed (HandleReady returns it: fail-stop),
+	// snapWG for Wait.
+	snapBusy bool
+	snapErr  error
+	snapWG   sync.WaitGroup
 }
 
 // mark is the count of entry bytes persisted once the entry at index was.
@@ -134,6 +150,9 @@ func New(cfg Config) (*Driver, error) {
 // advance. An error means the storage failed or an invariant broke; the
 // replica must stop (fail-stop).
 func (d *Driver) HandleReady() error {
+	if d.snapErr != nil {
+		return d.snapErr // a background snapshot failed: fail-stop
+	}
 	var round Round
 	rep := d.cfg.Replica
 	defer func() {
@@ -180,10 +199,19 @@ func (d *Driver) HandleReady() error {
 			round.OwnOps += len(rd.Persist)
 		}
 		if req := rd.CreateSnapshot; req != nil {
-			if err := d.snapshot(req); err != nil {
-				return err
+			switch {
+			case d.cfg.Post == nil:
+				if err := d.snapshot(req); err != nil {
+					return err
+				}
+				round.Snapshot = true
+			case d.snapBusy: // the replica asks for one at a time: not reached
+			default:
+				req.InBackground()
+				d.snapBusy = true
+				d.snapWG.Add(1)
+				go d.snapshotInBackground(req)
 			}
-			round.Snapshot = true
 		}
 		for _, m := range rd.Messages {
 			d.cfg.Send(m)
@@ -202,17 +230,67 @@ func (d *Driver) HandleReady() error {
 
 // snapshot stores a snapshot the replica asked for and compacts behind it.
 func (d *Driver) snapshot(req *replica.SnapshotRequest) error {
-	st := d.cfg.Storage
 	start := time.Now()
-	if _, err := st.CreateSnapshot(req.Index, req.ConfState, req.Data); err != nil {
-		if errors.Is(err, raft.ErrSnapOutOfDate) {
+	n, err := d.store(req)
+	return d.stored(req, n, err, start)
+}
+
+// store encodes and writes the snapshot req; it returns its size.
+func (d *Driver) store(req *replica.SnapshotRequest) (int, error) {
+	data, err := req.Data()
+	if err != nil {
+		return 0, err
+	}
+	_, err = d.cfg.Storage.CreateSnapshot(req.Index, req.ConfState, data)
+	return len(data), err
+}
+
+// snapshotInBackground stores req off the owner's loop and posts the rest
+// to it (Config.Post).
+func (d *Driver) snapshotInBackground(req *replica.SnapshotRequest) {
+	defer d.snapWG.Done()
+	start := time.Now()
+	n, err := d.store(req)
+	d.cfg.Post(func() {
+		d.snapBusy = false
+		if err := d.stored(req, n, err, start); err != nil && d.snapErr == nil {
+			d.snapErr = err
+		}
+	})
+}
+
+// Wait waits for a background snapshot being written, if any: its owner
+// calls it once its loop has stopped, before it closes the Storage.
+func (d *Driver) Wait() { d.snapWG.Wait() }
+
+// done tells the replica that its snapshot, written in the background, was
+// stored (n bytes) or not (0). One stored within its Ready is done at
+// Advance.
+func (d *Driver) done(n int) {
+	if d.cfg.Post == nil {
+		return
+	}
+	if r, ok := d.cfg.Replica.(interface{ SnapshotDone(int) }); ok {
+		r.SnapshotDone(n)
+	}
+}
+
+// stored finishes a snapshot the Storage stored (err nil) or did not: it
+// compacts the log behind it and tells the replica. A snapshot that a newer
+// one overtook (one from the leader, stored meanwhile) is no error.
+func (d *Driver) stored(req *replica.SnapshotRequest, n int, err error, start time.Time) error {
+	st := d.cfg.Storage
+	if err != nil {
+		d.done(0)
+		if first, ferr := st.FirstIndex(); errors.Is(err, raft.ErrSnapOutOfDate) || (ferr == nil && first > req.Index+1) {
 			return nil
 		}
 		return fmt.Errorf("driver: snapshot at %d: %w", req.Index, err)
 	}
+	d.done(n)
 	// A follower further behind than the state's size is better served by
 	// the snapshot than by the log: the bytes' margin is never below it.
-	to := d.compactTo(req.Index, max(d.cfg.CompactMarginBytes, uint64(len(req.Data))))
+	to := d.compactTo(req.Index, max(d.cfg.CompactMarginBytes, uint64(n)))
 	if to > 0 {
 		if err := st.Compact(to); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return fmt.Errorf("driver: compacting to %d: %w", to, err)
@@ -221,7 +299,7 @@ func (d *Driver) snapshot(req *replica.SnapshotRequest) error {
 	if err := st.TruncateOwn(req.OwnCommitted); err != nil {
 		return fmt.Errorf("driver: dropping committed own operations: %w", err)
 	}
-	d.cfg.Logger.Info("snapshot", "index", req.Index, "bytes", len(req.Data), "compacted_to", to, "took", time.Since(start).Round(time.Microsecond))
+	d.cfg.Logger.Info("snapshot", "index", req.Index, "bytes", n, "compacted_to", to, "took", time.Since(start).Round(time.Microsecond))
 	return nil
 }
 

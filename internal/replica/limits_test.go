@@ -233,7 +233,11 @@ func testSnapshotRoundTrip(t *testing.T, size int) {
 				t.Fatal(err)
 			}
 			if cs := rd.CreateSnapshot; cs != nil {
-				if _, err := stor.CreateSnapshot(cs.Index, cs.ConfState, cs.Data); err != nil && err != raft.ErrSnapOutOfDate {
+				data, err := cs.Data()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := stor.CreateSnapshot(cs.Index, cs.ConfState, data); err != nil && err != raft.ErrSnapOutOfDate {
 					t.Fatal(err)
 				}
 				if err := stor.Compact(cs.Index); err != nil && err != raft.ErrCompacted {

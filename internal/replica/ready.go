@@ -111,6 +111,12 @@ func (r *Replica) Advance(rd Ready) {
 	if rd.raft != nil {
 		r.node.Advance(*rd.raft)
 	}
+	// A snapshot the driver stored within the Ready (or dropped) is done;
+	// one it writes in the background is done at SnapshotDone.
+	if q := rd.CreateSnapshot; q != nil && !q.background {
+		data, _ := q.Data() // encoded by the driver already; its size bounds the next
+		r.SnapshotDone(len(data))
+	}
 	// A snapshot handed to the driver counts as sent: raft leaves the
 	// follower's snapshot state, and if the snapshot was lost the follower's
 	// next rejection makes the leader send another.

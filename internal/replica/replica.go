@@ -294,6 +294,8 @@ type Replica struct {
 	// lastSnapBytes is the size of the last snapshot this replica took:
 	// the bytes bound is never below it (snapshotDue).
 	lastSnapBytes int
+	// snapPending: a snapshot asked for is not yet stored (SnapshotDone).
+	snapPending bool
 	// ownProposed is the highest own sequence number put in an entry since
 	// the last leader change; toPropose the own strong operations submitted
 	// since the last Ready (proposeNew).

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -21,8 +22,30 @@ import (
 type SnapshotRequest struct {
 	Index        uint64
 	ConfState    *raftpb.ConfState
-	Data         []byte
 	OwnCommitted uint64
+
+	encode     func() ([]byte, error)
+	once       sync.Once
+	data       []byte
+	err        error
+	background bool
+}
+
+// InBackground tells the replica, before Advance, that the driver stores
+// the snapshot after the Ready, on another goroutine: the replica asks for
+// no other snapshot until SnapshotDone. Otherwise Advance counts the
+// snapshot as done.
+func (q *SnapshotRequest) InBackground() { q.background = true }
+
+// Data returns the snapshot's encoding. The first call encodes it, from
+// what the replica captured when it asked: a copy-on-write clone of the
+// committed state (state.Clone) and copies of the rest. So it may run on
+// another goroutine while the replica goes on (the driver's background
+// snapshots): a large state's encoding and write then hold up no
+// operation.
+func (q *SnapshotRequest) Data() ([]byte, error) {
+	q.once.Do(func() { q.data, q.err = q.encode() })
+	return q.data, q.err
 }
 
 // snapshotVersion 2 added the clock reading; 3 keeps large results as
@@ -49,13 +72,15 @@ const (
 // machine, the committed version vector and count, and, when the replica
 // tracks history (simulation), the committed ids and operations so that the
 // checkers keep working across snapshots.
-func (r *Replica) snapshotData() ([]byte, error) {
-	var stBytes []byte
-	var err error
-	r.withCommitted(func(st *state.State) { stBytes, err = st.MarshalBinary() })
-	if err != nil {
-		return nil, fmt.Errorf("replica: snapshot: %w", err)
-	}
+func (r *Replica) snapshotData() ([]byte, error) { return r.snapshotEncoder()() }
+
+// snapshotEncoder captures what a snapshot holds, as of now, and returns
+// the function that encodes it, which reads nothing of the replica: the
+// committed state is a copy-on-write clone (O(1) in the keys), everything
+// else is small and encoded here.
+func (r *Replica) snapshotEncoder() func() ([]byte, error) {
+	var st *state.State
+	r.withCommitted(func(c *state.State) { st = c.Clone() })
 	b := []byte{snapshotVersion}
 	b = binary.AppendUvarint(b, r.applied)
 	// Every timestamp issued here so far is at most this: a restart from
@@ -91,9 +116,17 @@ func (r *Replica) snapshotData() ([]byte, error) {
 			b = append(b, enc...)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(stBytes)))
-	b = append(b, stBytes...)
-	return r.appendDrain(r.appendMembership(b)), nil
+	tail := r.appendDrain(r.appendMembership(nil))
+	return func() ([]byte, error) {
+		// One buffer of the final size: the state is appended in place,
+		// not encoded apart and copied (a snapshot may be GiBs).
+		n := st.BinarySize()
+		out := make([]byte, 0, len(b)+binary.MaxVarintLen64+n+len(tail))
+		out = append(out, b...)
+		out = binary.AppendUvarint(out, uint64(n))
+		out = st.AppendBinary(out)
+		return append(out, tail...), nil
+	}
 }
 
 // committedResult is the stable result of a committed operation, kept for
@@ -160,7 +193,7 @@ func (r *Replica) lookupResult(id OpID) (committedResult, bool) {
 // snapshot costs at most what was applied since the last, and a restart
 // replays at most as many bytes of log as it reads of snapshot.
 func (r *Replica) snapshotDue() bool {
-	if r.cfg.SnapshotEntries <= 0 || r.confState == nil || r.applied == r.snapIndex {
+	if r.cfg.SnapshotEntries <= 0 || r.confState == nil || r.applied == r.snapIndex || r.snapPending {
 		return false
 	}
 	return r.applied-r.snapIndex >= uint64(r.cfg.SnapshotEntries) || r.bytesSinceSnap >= max(r.cfg.SnapshotBytes, r.lastSnapBytes) ||
@@ -173,20 +206,27 @@ func (r *Replica) maybeSnapshot() error {
 		return nil
 	}
 	r.bytesSinceSnap, r.snapTick, r.confSnap = 0, r.ticks, false
-	data, err := r.snapshotData()
-	if err != nil {
-		return err
-	}
-	r.lastSnapBytes = len(data)
+	r.snapPending = true
 	r.out.CreateSnapshot = &SnapshotRequest{
 		Index: r.applied, ConfState: proto.Clone(r.confState).(*raftpb.ConfState),
-		Data: data, OwnCommitted: r.committedVV[r.cfg.ID],
+		OwnCommitted: r.committedVV[r.cfg.ID], encode: r.snapshotEncoder(),
 	}
 	r.snapIndex = r.applied
 	if !r.cfg.TrackHistory {
 		r.trimCommitted()
 	}
 	return nil
+}
+
+// SnapshotDone tells the replica that the snapshot it asked for last, which
+// the driver stores in the background (SnapshotRequest.InBackground), was
+// stored (bytes, its encoded size) or not (bytes 0: failed or overtaken).
+// It asks for no other snapshot until then.
+func (r *Replica) SnapshotDone(bytes int) {
+	r.snapPending = false
+	if bytes > 0 {
+		r.lastSnapBytes = bytes
+	}
 }
 
 // trimCommitted forgets committed operations: the snapshot holds their

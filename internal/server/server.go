@@ -300,6 +300,7 @@ func New(cfg Config) (*Server, error) {
 	s.drv, err = driver.New(driver.Config{
 		Replica: rep, Storage: cfg.Storage, Send: s.send, Deliver: s.deliver,
 		CompactMargin: uint64(cfg.CompactMargin), Logger: s.log, Observe: cfg.Metrics.observeRound,
+		Post: s.post,
 	})
 	if err != nil {
 		return nil, err
@@ -401,9 +402,22 @@ func (s *Server) Stop() error {
 			s.grpcPeer.Stop()
 		}
 		s.wg.Wait()
+		s.drv.Wait() // a snapshot being written in the background
 		err = errors.Join(s.loopErr, s.cfg.Storage.Close())
 	})
 	return err
+}
+
+// post runs f on the loop, as the driver asks when it has written a
+// snapshot in the background (driver.Config.Post); once the loop has ended
+// it drops f and reports false.
+func (s *Server) post(f func()) bool {
+	select {
+	case s.do <- func(*replica.Replica) { f() }:
+		return true
+	case <-s.done:
+		return false
+	}
 }
 
 func (s *Server) loopDone() <-chan struct{} {

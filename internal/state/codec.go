@@ -182,7 +182,41 @@ func DecodeResult(b []byte) (Result, error) {
 // MarshalBinary returns a snapshot of the state's contents (not its limits
 // or undo history). Equal states have identical snapshots.
 func (s *State) MarshalBinary() ([]byte, error) {
-	b := []byte{snapshotVersion}
+	return s.AppendBinary(make([]byte, 0, s.BinarySize())), nil
+}
+
+// BinarySize is the length of MarshalBinary's encoding, computed without
+// encoding: a caller that appends the state to a buffer of its own
+// (AppendBinary) sizes the buffer once instead of growing it by copies.
+func (s *State) BinarySize() int {
+	n := 1 + uvarintLen(uint64(s.keys.Len()))
+	s.keys.Ascend(func(e entry) bool {
+		n += uvarintLen(uint64(len(e.key))) + len(e.key) + uvarintLen(uint64(len(e.value))) + len(e.value)
+		return true
+	})
+	n += uvarintLen(uint64(len(s.queues)))
+	for name, q := range s.queues {
+		n += uvarintLen(uint64(len(name))) + len(name) + uvarintLen(q.next) + uvarintLen(uint64(q.n))
+		for i := 0; i < q.n; i++ {
+			v := q.at(i)
+			n += uvarintLen(uint64(len(v))) + len(v)
+		}
+	}
+	return n
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// AppendBinary appends MarshalBinary's encoding of the state to b.
+func (s *State) AppendBinary(b []byte) []byte {
+	b = append(b, snapshotVersion)
 	b = binary.AppendUvarint(b, uint64(s.keys.Len()))
 	s.keys.Ascend(func(e entry) bool {
 		b = appendBytes(appendString(b, e.key), e.value)
@@ -203,7 +237,7 @@ func (s *State) MarshalBinary() ([]byte, error) {
 			b = appendBytes(b, q.at(i))
 		}
 	}
-	return b, nil
+	return b
 }
 
 // UnmarshalBinary replaces the state's contents with a MarshalBinary

@@ -445,6 +445,14 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// BinarySize is exact (a snapshot's buffer is sized by it), and
+		// AppendBinary appends the same encoding behind a prefix.
+		if n := s.BinarySize(); n != len(b) {
+			t.Fatalf("BinarySize %d, encoding of %d bytes", n, len(b))
+		}
+		if a := s.AppendBinary([]byte("prefix")); !bytes.Equal(a, append([]byte("prefix"), b...)) {
+			t.Fatalf("AppendBinary differs from MarshalBinary")
+		}
 		r := New(testLimits)
 		if err := r.UnmarshalBinary(b); err != nil {
 			t.Fatalf("unmarshal: %v", err)

@@ -17,13 +17,16 @@
 // Every key starts with a one-byte prefix; integers are big-endian so that
 // Pebble's byte order is numeric order.
 //
-//	"v"                 format version (8 bytes, currently 1)
+//	"v"                 format version (8 bytes, currently 2; 1, whose
+//	                    snapshots were inline in "s", is still read)
 //	"h"                 raft HardState (protobuf)
 //	"t"                 truncated state: index and term (8+8 bytes) of the
 //	                    last entry dropped from the log, the "dummy entry";
 //	                    FirstIndex is its index + 1
-//	"s"                 latest snapshot (protobuf raftpb.Snapshot; its Data
-//	                    is opaque application state)
+//	"s"                 latest snapshot's metadata (protobuf
+//	                    raftpb.Snapshot without Data; with Data, opaque
+//	                    application state, in format 1)
+//	"f"                 the name of the latest snapshot's file in snap/
 //	"l" + index (8)     log entry (protobuf raftpb.Entry), for
 //	                    index in [FirstIndex, LastIndex]
 //	"o" + seq (8)       one of the replica's own operations (replica.AppendReq),
@@ -31,6 +34,12 @@
 //	"r"                 present once the replica was removed from the
 //	                    cluster: why (text); such a replica does not start
 //	                    again (MarkRemoved)
+//
+// A snapshot's data, the whole application state, is a file of its own,
+// snap/TERM-INDEX.snap, written and fsynced (with its directory) before the
+// record that names it commits, so that writing it holds up none of the
+// replica's small writes (snapfile.go); CreateSnapshot may run on another
+// goroutine while Save goes on.
 //
 // # Caches
 //

@@ -11,20 +11,27 @@ const (
 	prefixHardState = 'h'
 	prefixTruncated = 't'
 	prefixSnapshot  = 's'
+	prefixSnapFile  = 'f'
 	prefixLog       = 'l'
 	prefixOwn       = 'o'
 	prefixRemoved   = 'r'
 )
 
-// formatVersion is the layout this code reads and writes. A change of layout
-// bumps it; Open refuses a version it does not know.
-const formatVersion = 1
+// formatVersion is the layout this code writes. A change of layout bumps
+// it; Open refuses a version it does not know. Version 2 keeps snapshots in
+// files (snapfile.go); version 1, which kept them inline, is still read, and
+// becomes 2 with the first snapshot file.
+const (
+	formatVersion       = 2
+	formatVersionInline = 1
+)
 
 var (
 	keyVersion   = []byte{prefixVersion}
 	keyHardState = []byte{prefixHardState}
 	keyTruncated = []byte{prefixTruncated}
 	keySnapshot  = []byte{prefixSnapshot}
+	keySnapFile  = []byte{prefixSnapFile}
 )
 
 // indexedKeyLen is the length of a log or own-operation key.

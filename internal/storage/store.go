@@ -49,6 +49,14 @@ type Store struct {
 	db   *pebble.DB
 	wo   *pebble.WriteOptions
 
+	// snapMu orders the writers of snapshots (CreateSnapshot, Save with
+	// one), which write their file before they take mu: a snapshot's file
+	// is written while the Store goes on serving the replica's other calls.
+	// Taken before mu.
+	snapMu sync.Mutex
+	// version is the data directory's format version.
+	version uint64
+
 	mu sync.Mutex
 	// err is sticky: ErrClosed after Close, ErrFailed after a failed write.
 	err error
@@ -57,6 +65,7 @@ type Store struct {
 	trunc    truncated
 	last     uint64
 	snapMeta *raftpb.SnapshotMetadata // never nil; Index 0 means no snapshot
+	snapFile string                   // the snapshot's file; "" if none or inline (format 1)
 	// tail holds the entries (tail[0].Index, last], contiguous, or nothing.
 	// Entries returned from it are capped with a full slice expression and
 	// an overwrite copies the slice, so callers never see it change.
@@ -130,10 +139,13 @@ func (s *Store) load() error {
 		if err := s.db.Set(keyVersion, binary.BigEndian.AppendUint64(nil, formatVersion), pebble.Sync); err != nil {
 			return fmt.Errorf("storage: write format version: %w", err)
 		}
+		s.version = formatVersion
 	case len(v) != 8:
 		return fmt.Errorf("%w: version of %d bytes", ErrCorrupt, len(v))
-	case binary.BigEndian.Uint64(v) != formatVersion:
-		return fmt.Errorf("%w: %d (this code reads %d)", ErrFormat, binary.BigEndian.Uint64(v), formatVersion)
+	case binary.BigEndian.Uint64(v) != formatVersion && binary.BigEndian.Uint64(v) != formatVersionInline:
+		return fmt.Errorf("%w: %d (this code reads %d and %d)", ErrFormat, binary.BigEndian.Uint64(v), formatVersionInline, formatVersion)
+	default:
+		s.version = binary.BigEndian.Uint64(v)
 	}
 
 	if v, ok, err := s.get(keyHardState); err != nil {
@@ -161,6 +173,15 @@ func (s *Store) load() error {
 		}
 		s.snapMeta = raftpb.EnsureSnapshot(snap).GetMetadata()
 	}
+	if v, ok, err := s.get(keySnapFile); err != nil {
+		return err
+	} else if ok {
+		s.snapFile = string(v)
+	}
+	if err := s.makeSnapDir(); err != nil {
+		return err
+	}
+	s.removeSnapFiles(s.snapFile) // left by a crash before their record
 
 	// The log is (trunc.Index, last]: check both ends.
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(0), UpperBound: logEnd()})
@@ -416,6 +437,11 @@ func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
 	if s.snapMeta.GetIndex() == 0 {
 		return raftpb.EnsureSnapshot(nil), nil
 	}
+	if s.snapFile != "" {
+		// Read under mu: the file is removed only under mu, once a newer
+		// record has committed.
+		return s.readSnapFile(s.snapFile)
+	}
 	v, ok, err := s.get(keySnapshot)
 	if err != nil {
 		return nil, err
@@ -444,6 +470,18 @@ func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
 // argument (an old snapshot, entries that leave a gap) returns an error and
 // writes nothing; a failed write fails the Store (see ErrFailed).
 func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
+	snapName := ""
+	if snap != nil && !raft.IsEmptySnap(snap) {
+		s.snapMu.Lock()
+		defer s.snapMu.Unlock()
+		if err := s.snapOutOfDate(snap.GetMetadata().GetIndex()); err != nil {
+			return err
+		}
+		var err error
+		if snapName, err = s.writeSnapFile(snap); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -454,13 +492,13 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 
 	trunc, last, snapMeta := s.trunc, s.last, s.snapMeta
 	resetTail := false
-	if snap != nil && !raft.IsEmptySnap(snap) {
+	if snapName != "" {
 		snap = raftpb.EnsureSnapshot(proto.Clone(snap).(*raftpb.Snapshot))
 		idx := snap.GetMetadata().GetIndex()
 		if cur := s.snapMeta.GetIndex(); cur != 0 && cur >= idx {
 			return raft.ErrSnapOutOfDate
 		}
-		if err := b.Set(keySnapshot, marshal(snap), nil); err != nil {
+		if err := s.setSnapRecord(b, snap, snapName); err != nil {
 			return err
 		}
 		if err := b.DeleteRange(logKey(0), logEnd(), nil); err != nil {
@@ -543,8 +581,48 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 		s.tail, s.tailBytes = nil, 0
 	}
 	s.trunc, s.last, s.snapMeta = trunc, last, snapMeta
+	if snapName != "" {
+		s.snapRecorded(snapName)
+	}
 	s.appendTail(ents, entBytes)
 	return nil
+}
+
+// snapOutOfDate returns raft.ErrSnapOutOfDate if a snapshot at index is
+// not past the current one, and the Store's sticky error if it has one.
+func (s *Store) snapOutOfDate(index uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if cur := s.snapMeta.GetIndex(); cur != 0 && cur >= index {
+		return raft.ErrSnapOutOfDate
+	}
+	return nil
+}
+
+// setSnapRecord puts in b the record of a snapshot whose file is name: its
+// metadata and the file's name (and, in a data directory of format 1, the
+// new format version).
+func (s *Store) setSnapRecord(b *pebble.Batch, snap *raftpb.Snapshot, name string) error {
+	if err := b.Set(keySnapshot, marshal(metaOnly(snap)), nil); err != nil {
+		return err
+	}
+	if err := b.Set(keySnapFile, []byte(name), nil); err != nil {
+		return err
+	}
+	if s.version != formatVersion {
+		return b.Set(keyVersion, binary.BigEndian.AppendUint64(nil, formatVersion), nil)
+	}
+	return nil
+}
+
+// snapRecorded follows a committed snapshot record: the other files go.
+// s.mu is held.
+func (s *Store) snapRecorded(name string) {
+	s.snapFile, s.version = name, formatVersion
+	s.removeSnapFiles(name)
 }
 
 // scratch encodes the key of the record at index i under prefix and the
@@ -621,7 +699,49 @@ func (s *Store) trimTail(maxEntries, maxBytes int) {
 // raft.ErrSnapOutOfDate if index is not past the current snapshot; an index
 // past LastIndex, or compacted away, is an error wrapping ErrInvalid.
 // It does not compact the log: call Compact.
+//
+// The data goes to a file of its own (snapfile.go), written before the Store's
+// lock is taken: the replica's Saves go on meanwhile, so CreateSnapshot may
+// run on another goroutine than the replica's (the driver's background
+// snapshots). Snapshots themselves are written one at a time.
 func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	snap, err := s.newSnapshot(index, cs, data)
+	if err != nil {
+		return nil, err
+	}
+	name, err := s.writeSnapFile(snap)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	// Only Compact may have moved meanwhile: a snapshot that arrived
+	// through Save waited for snapMu.
+	if index < s.trunc.Index {
+		s.opts.FS.Remove(s.snapPath(name))
+		return nil, fmt.Errorf("%w: snapshot at %d behind the log's start %d", ErrInvalid, index, s.trunc.Index)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := s.setSnapRecord(b, snap, name); err != nil {
+		return nil, err
+	}
+	if err := s.commit(b); err != nil {
+		return nil, err
+	}
+	s.snapMeta = proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)
+	s.snapRecorded(name)
+	return snap, nil
+}
+
+// newSnapshot checks CreateSnapshot's arguments against the Store and
+// returns the snapshot to write.
+func (s *Store) newSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -640,24 +760,14 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) 
 	if cs == nil {
 		cs = s.snapMeta.GetConfState()
 	}
-	snap := raftpb.EnsureSnapshot(&raftpb.Snapshot{
+	return raftpb.EnsureSnapshot(&raftpb.Snapshot{
 		Data: data,
 		Metadata: &raftpb.SnapshotMetadata{
 			Index:     proto.Uint64(index),
 			Term:      proto.Uint64(term),
 			ConfState: proto.Clone(cs).(*raftpb.ConfState),
 		},
-	})
-	b := s.db.NewBatch()
-	defer b.Close()
-	if err := b.Set(keySnapshot, marshal(snap), nil); err != nil {
-		return nil, err
-	}
-	if err := s.commit(b); err != nil {
-		return nil, err
-	}
-	s.snapMeta = snap.GetMetadata()
-	return proto.Clone(snap).(*raftpb.Snapshot), nil
+	}), nil
 }
 
 // Compact drops the log entries before index, keeping the term of the entry
