@@ -133,6 +133,11 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if _, ok := cfg.Replica.(interface{ SnapshotDone(int) }); cfg.Post != nil && !ok {
+		// It would never learn that its snapshot was stored, and ask for
+		// none again.
+		return nil, errors.New("driver: Post needs a Replica with SnapshotDone")
+	}
 	if cfg.MaxReadies < 0 {
 		return nil, fmt.Errorf("driver: MaxReadies %d is negative", cfg.MaxReadies)
 	}

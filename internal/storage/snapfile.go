@@ -55,7 +55,7 @@ func (s *Store) writeSnapFile(snap *raftpb.Snapshot) (string, error) {
 	dir := fs.PathJoin(s.opts.Dir, snapDir) // made durable by Open (makeSnapDir)
 	md := snap.GetMetadata()
 	name := snapFileName(md.GetTerm(), md.GetIndex())
-	tmp := fs.PathJoin(dir, name+".tmp")
+	tmp := fs.PathJoin(dir, fmt.Sprintf("%s.%d.tmp", name, s.tmpSeq.Add(1)))
 	f, err := fs.Create(tmp, "")
 	if err != nil {
 		return "", fmt.Errorf("storage: snapshot file: %w", err)
@@ -161,8 +161,40 @@ func (s *Store) readSnapFile(name string) (*raftpb.Snapshot, error) {
 	return raftpb.EnsureSnapshot(snap), nil
 }
 
+// removeOlderSnapFiles removes the snapshot files of snapDir whose index
+// is below keep's: a newer one may be being written, for a record still
+// to come, and temporary files are another writer's.
+func (s *Store) removeOlderSnapFiles(keep string) {
+	_, keepIndex, ok := parseSnapFileName(keep)
+	if !ok {
+		return
+	}
+	fs := s.opts.FS
+	dir := fs.PathJoin(s.opts.Dir, snapDir)
+	names, err := fs.List(dir)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if _, i, ok := parseSnapFileName(n); ok && i < keepIndex {
+			if err := fs.Remove(fs.PathJoin(dir, n)); err != nil {
+				s.opts.Logger.Warn("storage: removing an old snapshot file", "file", n, "err", err)
+			}
+		}
+	}
+}
+
+// parseSnapFileName returns the term and index of a snapshot file's name.
+func parseSnapFileName(name string) (term, index uint64, ok bool) {
+	var t, i uint64
+	if n, err := fmt.Sscanf(name, "%016x-%016x.snap", &t, &i); err != nil || n != 2 || snapFileName(t, i) != name {
+		return 0, 0, false
+	}
+	return t, i, true
+}
+
 // removeSnapFiles removes every file of snapDir but keep (the one the
-// record names; "" for none).
+// record names; "" for none): at Open, where nothing else writes.
 func (s *Store) removeSnapFiles(keep string) {
 	fs := s.opts.FS
 	dir := fs.PathJoin(s.opts.Dir, snapDir)
@@ -171,7 +203,7 @@ func (s *Store) removeSnapFiles(keep string) {
 		return // no directory yet
 	}
 	for _, n := range names {
-		if n == keep || !(strings.HasSuffix(n, ".snap") || strings.HasSuffix(n, ".snap.tmp")) {
+		if n == keep || !(strings.HasSuffix(n, ".snap") || strings.HasSuffix(n, ".tmp")) {
 			continue
 		}
 		if err := fs.Remove(fs.PathJoin(dir, n)); err != nil {

@@ -2,13 +2,17 @@ package storage
 
 import (
 	"bytes"
+	"strings"
+	"time"
 	"encoding/binary"
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -185,5 +189,89 @@ func TestCreateSnapshotWhileSaving(t *testing.T) {
 	}
 	if last, _ := s.LastIndex(); last != 200 {
 		t.Fatalf("LastIndex %d, want 200", last)
+	}
+}
+
+// heldFS holds the creation of the first temporary snapshot file until
+// release is closed: a snapshot whose file takes long to write.
+type heldFS struct {
+	vfs.FS
+	held             atomic.Bool
+	started, release chan struct{}
+}
+
+func (h *heldFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if strings.HasSuffix(name, ".tmp") && h.held.CompareAndSwap(false, true) {
+		close(h.started)
+		<-h.release
+	}
+	return h.FS.Create(name, c)
+}
+
+// TestLeaderSnapshotDuringABackgroundOne: a snapshot from the leader
+// (through Save, on the replica's loop) does not wait for the replica's
+// own snapshot being written in the background; the own one, overtaken,
+// is refused as out of date when its write ends and leaves no file.
+func TestLeaderSnapshotDuringABackgroundOne(t *testing.T) {
+	h := &heldFS{FS: vfs.NewMem(), started: make(chan struct{}), release: make(chan struct{})}
+	s := snapStore(t, h, 10)
+	defer s.Close()
+	own := make(chan error, 1)
+	go func() {
+		_, err := s.CreateSnapshot(5, nil, []byte("own@5"))
+		own <- err
+	}()
+	<-h.started
+	leader := &raftpb.Snapshot{Data: []byte("leader@30"), Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(30), Term: proto.Uint64(2), ConfState: &raftpb.ConfState{Voters: []uint64{1}}}}
+	saved := make(chan error, 1)
+	go func() { saved <- s.Save(nil, nil, leader, nil) }()
+	select {
+	case err := <-saved:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Save of the leader's snapshot waited for the replica's own snapshot's write")
+	}
+	close(h.release)
+	if err := <-own; !errors.Is(err, raft.ErrSnapOutOfDate) {
+		t.Fatalf("the overtaken snapshot: %v, want ErrSnapOutOfDate", err)
+	}
+	if got := snapFiles(t, h); !slices.Equal(got, []string{snapFileName(2, 30)}) {
+		t.Fatalf("snapshot files %v, want the leader's only", got)
+	}
+	if snap, err := s.Snapshot(); err != nil || string(snap.GetData()) != "leader@30" {
+		t.Fatalf("Snapshot = %v, %v; want the leader's", snap, err)
+	}
+}
+
+// TestSnapshotRecordSyncedWithoutFsync: with Options.NoSync a crash may
+// lose writes, but not leave a snapshot record naming a file already
+// removed: the record is synced before the file it replaces goes.
+func TestSnapshotRecordSyncedWithoutFsync(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	opts := memOptions(fs)
+	opts.NoSync = true
+	s := mustOpen(t, opts)
+	var ents []*raftpb.Entry
+	for i := uint64(1); i <= 10; i++ {
+		ents = append(ents, ent(i, 1, "e"))
+	}
+	if err := s.Save(nil, ents, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(3); i <= 9; i += 3 {
+		if _, err := s.CreateSnapshot(i, &raftpb.ConfState{Voters: []uint64{1}}, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s.Close()
+	opts.FS = crashed
+	r := mustOpen(t, opts)
+	defer r.Close()
+	if snap, err := r.Snapshot(); err != nil || snap.GetMetadata().GetIndex() != 9 || !bytes.Equal(snap.GetData(), []byte{9}) {
+		t.Fatalf("after a crash: Snapshot = %v, %v; want the last, at 9", snap, err)
 	}
 }

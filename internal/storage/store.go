@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -49,11 +50,12 @@ type Store struct {
 	db   *pebble.DB
 	wo   *pebble.WriteOptions
 
-	// snapMu orders the writers of snapshots (CreateSnapshot, Save with
-	// one), which write their file before they take mu: a snapshot's file
-	// is written while the Store goes on serving the replica's other calls.
-	// Taken before mu.
-	snapMu sync.Mutex
+	// tmpSeq numbers the temporary files of snapshots being written: the
+	// writers of snapshots (CreateSnapshot, Save with one) write their file
+	// before they take mu, so two may write at once (the replica's own in
+	// the background, a leader's through Save), and neither waits for the
+	// other; which one's record stays is decided under mu.
+	tmpSeq atomic.Uint64
 	// version is the data directory's format version.
 	version uint64
 
@@ -472,8 +474,6 @@ func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
 func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
 	snapName := ""
 	if snap != nil && !raft.IsEmptySnap(snap) {
-		s.snapMu.Lock()
-		defer s.snapMu.Unlock()
 		if err := s.snapOutOfDate(snap.GetMetadata().GetIndex()); err != nil {
 			return err
 		}
@@ -484,6 +484,14 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	recorded := false
+	if snapName != "" {
+		defer func() {
+			if !recorded {
+				s.dropSnapFile(snapName) // refused or failed: nothing names it
+			}
+		}()
+	}
 	if s.err != nil {
 		return s.err
 	}
@@ -569,7 +577,17 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if cap(s.buf) > maxScratch {
 		s.buf = nil
 	}
-	if err := s.commitSync(b, sync); err != nil {
+	wo := s.wo
+	switch {
+	case snapName != "":
+		// A snapshot's record is synced even without fsyncs
+		// (Options.NoSync): the file it replaces is removed once it has
+		// committed (snapRecorded).
+		wo = pebble.Sync
+	case !sync:
+		wo = pebble.NoSync
+	}
+	if err := s.commitWith(b, wo); err != nil {
 		return err
 	}
 
@@ -582,6 +600,7 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	}
 	s.trunc, s.last, s.snapMeta = trunc, last, snapMeta
 	if snapName != "" {
+		recorded = true
 		s.snapRecorded(snapName)
 	}
 	s.appendTail(ents, entBytes)
@@ -618,11 +637,20 @@ func (s *Store) setSnapRecord(b *pebble.Batch, snap *raftpb.Snapshot, name strin
 	return nil
 }
 
-// snapRecorded follows a committed snapshot record: the other files go.
-// s.mu is held.
+// snapRecorded follows a committed snapshot record: the files of older
+// snapshots go (not a newer one still being written). s.mu is held.
 func (s *Store) snapRecorded(name string) {
 	s.snapFile, s.version = name, formatVersion
-	s.removeSnapFiles(name)
+	s.removeOlderSnapFiles(name)
+}
+
+// dropSnapFile removes the file of a snapshot whose record did not commit,
+// unless the record names a file of that name (the same snapshot, written
+// twice). s.mu is held.
+func (s *Store) dropSnapFile(name string) {
+	if name != s.snapFile {
+		_ = s.opts.FS.Remove(s.snapPath(name))
+	}
 }
 
 // scratch encodes the key of the record at index i under prefix and the
@@ -703,10 +731,10 @@ func (s *Store) trimTail(maxEntries, maxBytes int) {
 // The data goes to a file of its own (snapfile.go), written before the Store's
 // lock is taken: the replica's Saves go on meanwhile, so CreateSnapshot may
 // run on another goroutine than the replica's (the driver's background
-// snapshots). Snapshots themselves are written one at a time.
+// snapshots), and a snapshot from the leader (Save) does not wait for it
+// either: whichever is recorded first with the higher index stays, and the
+// other returns raft.ErrSnapOutOfDate and removes its file.
 func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) (*raftpb.Snapshot, error) {
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
 	snap, err := s.newSnapshot(index, cs, data)
 	if err != nil {
 		return nil, err
@@ -717,13 +745,21 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	recorded := false
+	defer func() {
+		if !recorded {
+			s.dropSnapFile(name)
+		}
+	}()
 	if s.err != nil {
 		return nil, s.err
 	}
-	// Only Compact may have moved meanwhile: a snapshot that arrived
-	// through Save waited for snapMu.
+	// Checked again: a snapshot from the leader (Save) may have been
+	// recorded while the file was written, or the log compacted.
+	if index <= s.snapMeta.GetIndex() {
+		return nil, raft.ErrSnapOutOfDate
+	}
 	if index < s.trunc.Index {
-		s.opts.FS.Remove(s.snapPath(name))
 		return nil, fmt.Errorf("%w: snapshot at %d behind the log's start %d", ErrInvalid, index, s.trunc.Index)
 	}
 	b := s.db.NewBatch()
@@ -731,9 +767,12 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, data []byte) 
 	if err := s.setSnapRecord(b, snap, name); err != nil {
 		return nil, err
 	}
-	if err := s.commit(b); err != nil {
+	// Synced even without fsyncs (Options.NoSync): the file it replaces
+	// is removed once it has committed.
+	if err := s.commitWith(b, pebble.Sync); err != nil {
 		return nil, err
 	}
+	recorded = true
 	s.snapMeta = proto.Clone(snap.GetMetadata()).(*raftpb.SnapshotMetadata)
 	s.snapRecorded(name)
 	return snap, nil
@@ -887,6 +926,12 @@ func (s *Store) commitSync(b *pebble.Batch, sync bool) error {
 	if !sync {
 		wo = pebble.NoSync
 	}
+	return s.commitWith(b, wo)
+}
+
+// commitWith commits b with wo, and fails the Store if that does not
+// succeed.
+func (s *Store) commitWith(b *pebble.Batch, wo *pebble.WriteOptions) error {
 	err := catchFatal(func() error { return b.Commit(wo) })
 	if err != nil {
 		s.err = fmt.Errorf("%w: %w", ErrFailed, err)
