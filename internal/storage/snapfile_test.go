@@ -2,14 +2,14 @@ package storage
 
 import (
 	"bytes"
-	"strings"
-	"time"
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
