@@ -1309,9 +1309,14 @@ func (x *BackupChunk) GetSha256() []byte {
 // PeerEnvelope carries replica messages in the replica package's own
 // encoding (internal/replica.EncodeMessage), opaque to gRPC.
 type PeerEnvelope struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	Messages      [][]byte               `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	From     uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	Messages [][]byte               `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// A message larger than an envelope (a raft snapshot of a large state)
+	// goes in parts, in order, each alone in its envelope: part is the next
+	// piece of it and whole its length in bytes.
+	Part          []byte `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
+	Whole         uint64 `protobuf:"varint,4,opt,name=whole,proto3" json:"whole,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1358,6 +1363,20 @@ func (x *PeerEnvelope) GetMessages() [][]byte {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *PeerEnvelope) GetPart() []byte {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *PeerEnvelope) GetWhole() uint64 {
+	if x != nil {
+		return x.Whole
+	}
+	return 0
 }
 
 type PeerAck struct {
@@ -1490,10 +1509,12 @@ const file_correctables_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x06 \x01(\fR\x06sha256\">\n" +
+	"\x06sha256\x18\x06 \x01(\fR\x06sha256\"h\n" +
 	"\fPeerEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x1a\n" +
-	"\bmessages\x18\x02 \x03(\fR\bmessages\"\t\n" +
+	"\bmessages\x18\x02 \x03(\fR\bmessages\x12\x12\n" +
+	"\x04part\x18\x03 \x01(\fR\x04part\x12\x14\n" +
+	"\x05whole\x18\x04 \x01(\x04R\x05whole\"\t\n" +
 	"\aPeerAck*\xc7\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\f\n" +

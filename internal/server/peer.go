@@ -31,13 +31,22 @@ type peer struct {
 
 const (
 	maxBatch = 256
-	// maxBatchBytes bounds one envelope; a message larger than that goes
-	// alone.
+	// maxBatchBytes bounds one envelope of messages; a message larger than
+	// peerPartBytes goes in parts.
 	maxBatchBytes = 4 << 20
-	// maxPeerMessage bounds one message between replicas (a raft snapshot
-	// is one message: a committed state larger than this cannot be sent to
-	// a follower that fell behind the compacted log).
+	// maxWholeMessage bounds a message sent in parts.
+	maxWholeMessage = 16 << 30
+)
+
+// maxPeerMessage bounds one envelope between replicas (gRPC's limit on
+// the peer streams). A message larger than peerPartBytes, a raft snapshot
+// of a large state, goes in parts of that size (PeerEnvelope.part),
+// reassembled by the receiver, up to maxWholeMessage: a follower that fell
+// behind the compacted log gets the snapshot whatever the state's size.
+// Variables for tests only.
+var (
 	maxPeerMessage = 64 << 20
+	peerPartBytes  = maxBatchBytes
 )
 
 // peerConnect bounds gRPC's own reconnection backoff to what run's loop
@@ -69,12 +78,14 @@ func (p *peer) enqueue(m replica.Message) {
 		p.s.log.Error("encoding a peer message", "peer", p.id, "err", err)
 		return
 	}
-	if len(b) > maxPeerMessage-1024 {
+	if len(b) > maxWholeMessage {
 		p.s.log.Error("peer message over the size limit, dropped", "peer", p.id, "type", m.Type, "bytes", len(b))
 		p.s.cfg.Metrics.peerDropped()
 		return
 	}
-	if p.queued.Load()+int64(len(b)) > int64(p.s.cfg.PeerQueueBytes) {
+	// A message larger than the queue's byte bound goes when nothing else
+	// is queued (a snapshot of a large state).
+	if q := p.queued.Load(); q > 0 && q+int64(len(b)) > int64(p.s.cfg.PeerQueueBytes) {
 		p.s.cfg.Metrics.peerDropped()
 		return
 	}
@@ -145,31 +156,57 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 		env.Messages = append(env.Messages, b)
 		return len(b)
 	}
-	for {
-		env.Messages = env.Messages[:0]
-		size := 0
-		select {
-		case b := <-p.queue:
-			size += take(b)
-		case <-ctx.Done():
-			_, _ = st.CloseAndRecv()
-			return ctx.Err()
-		}
-	batch:
-		for len(env.Messages) < maxBatch && size < maxBatchBytes {
-			select {
-			case b := <-p.queue:
-				size += take(b)
-			default:
-				break batch
-			}
-		}
-		if err := st.Send(env); err != nil {
+	send := func(e *api.PeerEnvelope) error {
+		if err := st.Send(e); err != nil {
 			if errors.Is(err, io.EOF) {
 				_, err = st.CloseAndRecv()
 			}
 			return err
 		}
+		return nil
+	}
+	var large []byte // taken from the queue, to go in parts after env
+	for {
+		env.Messages = env.Messages[:0]
+		size := 0
+		select {
+		case b := <-p.queue:
+			if len(b) > peerPartBytes {
+				p.queued.Add(-int64(len(b)))
+				large = b
+			} else {
+				size += take(b)
+			}
+		case <-ctx.Done():
+			_, _ = st.CloseAndRecv()
+			return ctx.Err()
+		}
+	batch:
+		for large == nil && len(env.Messages) < maxBatch && size < maxBatchBytes {
+			select {
+			case b := <-p.queue:
+				if len(b) > peerPartBytes {
+					p.queued.Add(-int64(len(b)))
+					large = b
+					break batch
+				}
+				size += take(b)
+			default:
+				break batch
+			}
+		}
+		if len(env.Messages) > 0 {
+			if err := send(env); err != nil {
+				return err
+			}
+		}
+		for off := 0; off < len(large); off += peerPartBytes {
+			part := &api.PeerEnvelope{From: p.s.cfg.ID, Part: large[off:min(off+peerPartBytes, len(large))], Whole: uint64(len(large))}
+			if err := send(part); err != nil {
+				return err // the rest is lost with the stream, as a message would be
+			}
+		}
+		large = nil
 	}
 }
 
@@ -181,6 +218,7 @@ func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.Peer
 		return toStatus(err)
 	}
 	checked := false // the stream's cluster id (checkPeerCluster)
+	var whole []byte // a message arriving in parts (PeerEnvelope.part)
 	for {
 		env, err := st.Recv()
 		if err == io.EOF {
@@ -202,7 +240,25 @@ func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.Peer
 			}
 			checked = true
 		}
-		for _, b := range env.GetMessages() {
+		msgs := env.GetMessages()
+		switch w := env.GetWhole(); {
+		case w > 0:
+			if len(msgs) > 0 || w > maxWholeMessage || (whole != nil && uint64(cap(whole)) != w) ||
+				uint64(len(whole)+len(env.GetPart())) > w || len(env.GetPart()) == 0 {
+				return toStatus(fmt.Errorf("%w: bad message part from %d (%d bytes of %d, %d received)", ErrInvalidRequest, env.GetFrom(), len(env.GetPart()), w, len(whole)))
+			}
+			if whole == nil {
+				whole = make([]byte, 0, w)
+			}
+			whole = append(whole, env.GetPart()...)
+			if uint64(len(whole)) < w {
+				continue
+			}
+			msgs, whole = [][]byte{whole}, nil
+		case whole != nil || len(env.GetPart()) > 0:
+			return toStatus(fmt.Errorf("%w: message from %d cut short by another", ErrInvalidRequest, env.GetFrom()))
+		}
+		for _, b := range msgs {
 			m, err := replica.DecodeMessage(b)
 			if err != nil || m.From != env.GetFrom() || m.To != s.cfg.ID ||
 				(m.Raft != nil && (m.Raft.GetFrom() != m.From || m.Raft.GetTo() != m.To)) {

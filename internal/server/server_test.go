@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -421,5 +422,50 @@ func TestStatusWhileLoopBusy(t *testing.T) {
 	}
 	if st2.GetAppliedIndex() <= st.GetAppliedIndex() {
 		t.Fatalf("status after the loop is free: applied %d, not past %d", st2.GetAppliedIndex(), st.GetAppliedIndex())
+	}
+}
+
+// TestLargeSnapshotCatchUp: a follower that fell behind the compacted log
+// gets the leader's snapshot even when the snapshot is larger than one
+// message between replicas may be: it goes in parts (PeerEnvelope.part).
+// The limits are lowered here (a 2 MiB message, 256 KiB parts) so that a
+// state of about 4 MiB is over them; in a server they are 64 MiB and
+// 4 MiB. Before, such a snapshot was dropped ("peer message over the size
+// limit") every time the leader sent it, and the follower never caught up.
+func TestLargeSnapshotCatchUp(t *testing.T) {
+	oldMax, oldPart := maxPeerMessage, peerPartBytes
+	maxPeerMessage, peerPartBytes = 2<<20, 256<<10
+	defer func() { maxPeerMessage, peerPartBytes = oldMax, oldPart }()
+	dir := t.TempDir()
+	peers := freePeers(t, 3)
+	start := func(id uint64) *Server {
+		return startOnPebble(t, dir, peers, id, true, func(c *Config) { c.SnapshotEntries, c.CompactMargin = 20, 5 })
+	}
+	servers := []*Server{start(1), start(2), start(3)}
+	defer func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := servers[2].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, peers[1])
+	value := func(i int) string { return fmt.Sprintf("%07d", i) + strings.Repeat("v", 1<<19-1000) }
+	for i := 0; i < 40; i++ {
+		if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put(fmt.Sprint("k", i%8), value(i)), Final: true, Strong: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	servers[2] = start(3)
+	c3 := dial(t, peers[3])
+	views, err := invoke(ctx, c3, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k1"}, Final: true, Strong: true})
+	if err != nil {
+		t.Fatalf("strong read at the replica behind the compacted log: %v", err)
+	}
+	if got := string(views[len(views)-1].GetResult().GetValue()); got != value(33) {
+		t.Fatalf("k1 at the restarted replica: %.10q..., want %.10q...", got, value(33))
 	}
 }
