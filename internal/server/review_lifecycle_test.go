@@ -278,6 +278,13 @@ func TestReviewPeerEnvelopeValidation(t *testing.T) {
 		{"empty message", &api.PeerEnvelope{From: 2, Messages: [][]byte{{}}}},
 		{"spoofed inner sender", &api.PeerEnvelope{From: 2, Messages: [][]byte{sync(99, 1)}}},
 		{"addressed to another", &api.PeerEnvelope{From: 2, Messages: [][]byte{sync(2, 3)}}},
+		// Messages in parts (PeerEnvelope.part).
+		{"part over its whole", &api.PeerEnvelope{From: 2, Part: make([]byte, 10), Whole: 5}},
+		{"part with messages", &api.PeerEnvelope{From: 2, Part: []byte{1}, Whole: 5, Messages: [][]byte{sync(2, 1)}}},
+		{"part without its whole", &api.PeerEnvelope{From: 2, Part: []byte{1}}},
+		{"empty part", &api.PeerEnvelope{From: 2, Whole: 5}},
+		{"whole over the bound", &api.PeerEnvelope{From: 2, Part: []byte{1}, Whole: maxWholeMessage + 1}},
+		{"garbage in parts", &api.PeerEnvelope{From: 2, Part: []byte{0xff, 0xff, 0xff}, Whole: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, err := pc.Stream(ctx)
@@ -293,16 +300,40 @@ func TestReviewPeerEnvelopeValidation(t *testing.T) {
 			}
 		})
 	}
-	// A well-formed envelope from a peer is accepted.
+	// A part cut short by another message.
 	st, err := pc.Stream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&api.PeerEnvelope{From: 2, Messages: [][]byte{sync(2, 1)}}); err != nil {
+	whole := sync(2, 1)
+	for _, e := range []*api.PeerEnvelope{
+		{From: 2, Part: whole[:2], Whole: uint64(len(whole))},
+		{From: 2, Messages: [][]byte{sync(2, 1)}},
+	} {
+		if err := st.Send(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a message cut short: want InvalidArgument, got %v", err)
+	}
+	// Well-formed envelopes from a peer are accepted: one of messages, and
+	// one message in two parts.
+	st, err = pc.Stream(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, e := range []*api.PeerEnvelope{
+		{From: 2, Messages: [][]byte{sync(2, 1)}},
+		{From: 2, Part: whole[:2], Whole: uint64(len(whole))},
+		{From: 2, Part: whole[2:], Whole: uint64(len(whole))},
+	} {
+		if err := st.Send(e); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := st.CloseAndRecv(); err != nil {
-		t.Fatalf("good envelope: %v", err)
+		t.Fatalf("good envelopes: %v", err)
 	}
 	// The replica still serves.
 	if _, err := invoke(ctx, dial(t, peers[1]), &api.InvokeRequest{Op: put("k", "v"), Preliminary: true}); err != nil {
