@@ -20,26 +20,39 @@ import (
 // (see RestoreInfo) has exactly the committed state of this one at that
 // index; tentative operations are not part of it.
 func (r *Replica) Backup() (*raftpb.Snapshot, error) {
-	if r.applied == 0 || r.confState == nil {
-		return nil, errors.New("replica: backup: nothing applied yet")
-	}
-	data, err := r.snapshotData()
+	encode, err := r.BackupEncoder()
 	if err != nil {
 		return nil, err
 	}
-	data = withoutDrain(data, r.appendDrain(nil))
+	return encode()
+}
+
+// BackupEncoder is Backup in two steps: it captures the backup now (a
+// copy-on-write clone of the committed state, as a snapshot does) and
+// returns the function that encodes it, which reads nothing of the replica
+// and may run on another goroutine: a large state's backup then holds up
+// no operation.
+func (r *Replica) BackupEncoder() (func() (*raftpb.Snapshot, error), error) {
+	if r.applied == 0 || r.confState == nil {
+		return nil, errors.New("replica: backup: nothing applied yet")
+	}
 	term, err := r.cfg.Storage.Term(r.applied)
 	if err != nil {
 		return nil, fmt.Errorf("replica: backup: term of applied index %d: %w", r.applied, err)
 	}
-	return raftpb.EnsureSnapshot(&raftpb.Snapshot{
-		Data: data,
-		Metadata: &raftpb.SnapshotMetadata{
-			Index:     proto.Uint64(r.applied),
-			Term:      proto.Uint64(term),
-			ConfState: proto.Clone(r.confState).(*raftpb.ConfState),
-		},
-	}), nil
+	encode, drain := r.snapshotEncoder(), r.appendDrain(nil)
+	md := &raftpb.SnapshotMetadata{
+		Index:     proto.Uint64(r.applied),
+		Term:      proto.Uint64(term),
+		ConfState: proto.Clone(r.confState).(*raftpb.ConfState),
+	}
+	return func() (*raftpb.Snapshot, error) {
+		data, err := encode()
+		if err != nil {
+			return nil, err
+		}
+		return raftpb.EnsureSnapshot(&raftpb.Snapshot{Data: withoutDrain(data, drain), Metadata: md}), nil
+	}, nil
 }
 
 // SnapshotInfo describes a decoded snapshot.

@@ -19,8 +19,9 @@ const backupChunk = 1 << 20
 
 // Backup implements api.StoreServer: it takes a snapshot of the replica's
 // committed state on the loop (a consistent cut at the applied index, after a
-// strong read, so that it holds every write acknowledged final before) and
-// streams it, encoded, in chunks; the last carries its SHA-256.
+// strong read, so that it holds every write acknowledged final before),
+// encodes it off the loop and streams it in chunks; the last carries its
+// SHA-256.
 func (s *Server) Backup(_ *api.BackupRequest, stream grpc.ServerStreamingServer[api.BackupChunk]) error {
 	ctx := stream.Context()
 	// A strong read first, answered once this replica has applied up to
@@ -31,13 +32,19 @@ func (s *Server) Backup(_ *api.BackupRequest, stream grpc.ServerStreamingServer[
 	if err := s.invoke(ctx, barrier, func(*api.ViewReply) error { return nil }); err != nil {
 		return toStatus(err)
 	}
-	var snap *raftpb.Snapshot
+	// Captured on the loop, encoded off it (a large state's encoding
+	// would hold up every operation of the replica meanwhile).
+	var encode func() (*raftpb.Snapshot, error)
 	var serr error
-	if err := s.exec(ctx, func(r *replica.Replica) { snap, serr = r.Backup() }); err != nil {
+	if err := s.exec(ctx, func(r *replica.Replica) { encode, serr = r.BackupEncoder() }); err != nil {
 		return toStatus(err)
 	}
 	if serr != nil {
 		return status.Error(codes.FailedPrecondition, serr.Error())
+	}
+	snap, err := encode()
+	if err != nil {
+		return toStatus(fmt.Errorf("server: backup: %w", err))
 	}
 	b, err := proto.Marshal(snap)
 	if err != nil {
