@@ -112,12 +112,10 @@ type Driver struct {
 	persisted uint64
 	marks     []mark
 	base      uint64 // persisted at the last mark dropped (0: none)
-	// A background snapshot (Config.Post): snapBusy while one is being
-	// written, snapErr if one failed (HandleReady returns it: fail-stop),
-	// snapWG for Wait.
-	snapBusy bool
-	snapErr  error
-	snapWG   sync.WaitGroup
+	// A background snapshot (Config.Post): snapErr if one failed
+	// (HandleReady returns it: fail-stop), snapWG for Wait.
+	snapErr error
+	snapWG  sync.WaitGroup
 }
 
 // mark is the count of entry bytes persisted once the entry at index was.
@@ -210,10 +208,8 @@ func (d *Driver) HandleReady() error {
 					return err
 				}
 				round.Snapshot = true
-			case d.snapBusy: // the replica asks for one at a time: not reached
-			default:
+			default: // the replica asks for the next only once told (SnapshotDone)
 				req.InBackground()
-				d.snapBusy = true
 				d.snapWG.Add(1)
 				go d.snapshotInBackground(req)
 			}
@@ -257,7 +253,6 @@ func (d *Driver) snapshotInBackground(req *replica.SnapshotRequest) {
 	start := time.Now()
 	n, err := d.store(req)
 	d.cfg.Post(func() {
-		d.snapBusy = false
 		if err := d.stored(req, n, err, start); err != nil && d.snapErr == nil {
 			d.snapErr = err
 		}

@@ -151,10 +151,19 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 		return err
 	}
 	env := &api.PeerEnvelope{From: p.s.cfg.ID}
-	take := func(b []byte) int {
+	var large []byte // taken from the queue, to go in parts after env
+	size := 0
+	// take moves b from the queue into env, or into large if it goes in
+	// parts, and reports whether env may take more.
+	take := func(b []byte) bool {
 		p.queued.Add(-int64(len(b)))
+		if len(b) > peerPartBytes {
+			large = b
+			return false
+		}
 		env.Messages = append(env.Messages, b)
-		return len(b)
+		size += len(b)
+		return len(env.Messages) < maxBatch && size < maxBatchBytes
 	}
 	send := func(e *api.PeerEnvelope) error {
 		if err := st.Send(e); err != nil {
@@ -165,32 +174,21 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 		}
 		return nil
 	}
-	var large []byte // taken from the queue, to go in parts after env
 	for {
-		env.Messages = env.Messages[:0]
-		size := 0
+		env.Messages, size, large = env.Messages[:0], 0, nil
+		more := false
 		select {
 		case b := <-p.queue:
-			if len(b) > peerPartBytes {
-				p.queued.Add(-int64(len(b)))
-				large = b
-			} else {
-				size += take(b)
-			}
+			more = take(b)
 		case <-ctx.Done():
 			_, _ = st.CloseAndRecv()
 			return ctx.Err()
 		}
 	batch:
-		for large == nil && len(env.Messages) < maxBatch && size < maxBatchBytes {
+		for more {
 			select {
 			case b := <-p.queue:
-				if len(b) > peerPartBytes {
-					p.queued.Add(-int64(len(b)))
-					large = b
-					break batch
-				}
-				size += take(b)
+				more = take(b)
 			default:
 				break batch
 			}
@@ -206,7 +204,6 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 				return err // the rest is lost with the stream, as a message would be
 			}
 		}
-		large = nil
 	}
 }
 

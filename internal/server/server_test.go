@@ -221,30 +221,40 @@ var _ = fmt.Sprint
 
 // A replica that was down while the others compacted their logs catches up
 // from a snapshot, on Pebble storage, and serves what it missed.
-func TestSnapshotCatchUp(t *testing.T) {
+// catchUpAfterDowntime starts three replicas on Pebble that snapshot every
+// 20 entries and keep 5 behind a snapshot, stops replica 3, runs n strong
+// updates op(i) at replica 2, and starts replica 3 again: it is then behind
+// the compacted log. The replicas stop with the test.
+func catchUpAfterDowntime(ctx context.Context, t *testing.T, n int, op func(i int) *api.Op) map[uint64]string {
+	t.Helper()
 	dir := t.TempDir()
 	peers := freePeers(t, 3)
 	start := func(id uint64) *Server {
 		return startOnPebble(t, dir, peers, id, true, func(c *Config) { c.SnapshotEntries, c.CompactMargin = 20, 5 })
 	}
 	servers := []*Server{start(1), start(2), start(3)}
-	defer func() {
+	t.Cleanup(func() {
 		for _, s := range servers {
 			s.Stop()
 		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	})
 	if err := servers[2].Stop(); err != nil {
 		t.Fatal(err)
 	}
 	c := dial(t, peers[1])
-	for i := 0; i < 100; i++ {
-		if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put(fmt.Sprint("k", i%7), fmt.Sprint(i)), Final: true, Strong: true}); err != nil {
+	for i := range n {
+		if _, err := invoke(ctx, c, &api.InvokeRequest{Op: op(i), Final: true, Strong: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	servers[2] = start(3)
+	return peers
+}
+
+func TestSnapshotCatchUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	peers := catchUpAfterDowntime(ctx, t, 100, func(i int) *api.Op { return put(fmt.Sprint("k", i%7), fmt.Sprint(i)) })
 	// Strong reads at the restarted replica wait until it applied the read
 	// index, which lies beyond the compacted log: only a snapshot gets it
 	// there.
@@ -435,31 +445,12 @@ func TestStatusWhileLoopBusy(t *testing.T) {
 func TestLargeSnapshotCatchUp(t *testing.T) {
 	oldMax, oldPart := maxPeerMessage, peerPartBytes
 	maxPeerMessage, peerPartBytes = 2<<20, 256<<10
-	defer func() { maxPeerMessage, peerPartBytes = oldMax, oldPart }()
-	dir := t.TempDir()
-	peers := freePeers(t, 3)
-	start := func(id uint64) *Server {
-		return startOnPebble(t, dir, peers, id, true, func(c *Config) { c.SnapshotEntries, c.CompactMargin = 20, 5 })
-	}
-	servers := []*Server{start(1), start(2), start(3)}
-	defer func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	}()
+	// Restored after the replicas stop (cleanups run last first).
+	t.Cleanup(func() { maxPeerMessage, peerPartBytes = oldMax, oldPart })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := servers[2].Stop(); err != nil {
-		t.Fatal(err)
-	}
-	c := dial(t, peers[1])
 	value := func(i int) string { return fmt.Sprintf("%07d", i) + strings.Repeat("v", 1<<19-1000) }
-	for i := 0; i < 40; i++ {
-		if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put(fmt.Sprint("k", i%8), value(i)), Final: true, Strong: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	servers[2] = start(3)
+	peers := catchUpAfterDowntime(ctx, t, 40, func(i int) *api.Op { return put(fmt.Sprint("k", i%8), value(i)) })
 	c3 := dial(t, peers[3])
 	views, err := invoke(ctx, c3, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k1"}, Final: true, Strong: true})
 	if err != nil {

@@ -104,7 +104,7 @@ func (s *Store) writeSnapFile(snap *raftpb.Snapshot) (string, error) {
 		werr = fs.Rename(tmp, fs.PathJoin(dir, name))
 	}
 	if werr == nil {
-		werr = syncDir(s, dir)
+		werr = s.syncDir(dir)
 	}
 	if werr != nil {
 		_ = fs.Remove(tmp)
@@ -117,7 +117,7 @@ func (s *Store) writeSnapFile(snap *raftpb.Snapshot) (string, error) {
 // syncs of its data.
 const snapBytesPerSync = 1 << 20
 
-func syncDir(s *Store, dir string) error {
+func (s *Store) syncDir(dir string) error {
 	d, err := s.opts.FS.OpenDir(dir)
 	if err != nil {
 		return err
@@ -165,21 +165,36 @@ func (s *Store) readSnapFile(name string) (*raftpb.Snapshot, error) {
 // is below keep's: a newer one may be being written, for a record still
 // to come, and temporary files are another writer's.
 func (s *Store) removeOlderSnapFiles(keep string) {
-	_, keepIndex, ok := parseSnapFileName(keep)
-	if !ok {
-		return
+	if _, keepIndex, ok := parseSnapFileName(keep); ok {
+		s.removeSnapFilesIf(func(n string) bool {
+			_, i, ok := parseSnapFileName(n)
+			return ok && i < keepIndex
+		})
 	}
+}
+
+// removeSnapFiles removes every file of snapDir but keep (the one the
+// record names; "" for none): at Open, where nothing else writes.
+func (s *Store) removeSnapFiles(keep string) {
+	s.removeSnapFilesIf(func(n string) bool {
+		return n != keep && (strings.HasSuffix(n, ".snap") || strings.HasSuffix(n, ".tmp"))
+	})
+}
+
+// removeSnapFilesIf removes the files of snapDir that drop names.
+func (s *Store) removeSnapFilesIf(drop func(name string) bool) {
 	fs := s.opts.FS
 	dir := fs.PathJoin(s.opts.Dir, snapDir)
 	names, err := fs.List(dir)
 	if err != nil {
-		return
+		return // no directory yet
 	}
 	for _, n := range names {
-		if _, i, ok := parseSnapFileName(n); ok && i < keepIndex {
-			if err := fs.Remove(fs.PathJoin(dir, n)); err != nil {
-				s.opts.Logger.Warn("storage: removing an old snapshot file", "file", n, "err", err)
-			}
+		if !drop(n) {
+			continue
+		}
+		if err := fs.Remove(fs.PathJoin(dir, n)); err != nil {
+			s.opts.Logger.Warn("storage: removing an old snapshot file", "file", n, "err", err)
 		}
 	}
 }
@@ -191,25 +206,6 @@ func parseSnapFileName(name string) (term, index uint64, ok bool) {
 		return 0, 0, false
 	}
 	return t, i, true
-}
-
-// removeSnapFiles removes every file of snapDir but keep (the one the
-// record names; "" for none): at Open, where nothing else writes.
-func (s *Store) removeSnapFiles(keep string) {
-	fs := s.opts.FS
-	dir := fs.PathJoin(s.opts.Dir, snapDir)
-	names, err := fs.List(dir)
-	if err != nil {
-		return // no directory yet
-	}
-	for _, n := range names {
-		if n == keep || !(strings.HasSuffix(n, ".snap") || strings.HasSuffix(n, ".tmp")) {
-			continue
-		}
-		if err := fs.Remove(fs.PathJoin(dir, n)); err != nil {
-			s.opts.Logger.Warn("storage: removing an old snapshot file", "file", n, "err", err)
-		}
-	}
 }
 
 // metaOnly returns snap without its data: what the "s" record holds when
@@ -229,7 +225,7 @@ func (s *Store) makeSnapDir() error {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("storage: snapshot directory: %w", err)
 	}
-	if err := syncDir(s, s.opts.Dir); err != nil {
+	if err := s.syncDir(s.opts.Dir); err != nil {
 		return fmt.Errorf("storage: snapshot directory: %w", err)
 	}
 	return nil
