@@ -90,19 +90,41 @@ func (r *Replica) answerSync(m Message) {
 		sent = &gossipMark{vv: VV{}, base: m.VV.Clone(), at: r.ticks}
 		r.gossipSent[m.From] = sent
 	}
-	var ops []*Req
-	size := 0
+	// The operations go in timestamp order across origins (a merge of the
+	// origins' runs, each FIFO and so in timestamp order), as gossip does
+	// (Creek §3.2): the receiver places each on top of what it holds. Origin
+	// by origin, a replica that had missed many (a restart) placed every
+	// later origin's run under the earlier one's, rolling back and
+	// executing again all it had received so far, per message.
+	next := map[uint64]uint64{} // origin: the next sequence number to send
 	for _, o := range r.vv.origins() {
 		// Operations forgotten after a snapshot are committed: the peer
 		// gets them from the raft log or a snapshot instead.
-		for s := max(m.VV[o], sent.vv[o], r.logBase[o]) + 1; s <= r.vv[o] && len(ops) < r.cfg.MaxOpsPerMsg; s++ {
-			q, ok := r.Op(OpID{o, s})
-			if !ok || (len(ops) > 0 && size+reqSize(q) > r.cfg.MaxEntryBytes) {
-				break
+		if s := max(m.VV[o], sent.vv[o], r.logBase[o]) + 1; s <= r.vv[o] {
+			next[o] = s
+		}
+	}
+	var ops []*Req
+	size := 0
+	for len(ops) < r.cfg.MaxOpsPerMsg {
+		var q *Req
+		for o, s := range next {
+			if c, ok := r.Op(OpID{o, s}); !ok {
+				delete(next, o) // not held (cannot happen: s <= vv[o])
+			} else if q == nil || compareReq(c, q) < 0 {
+				q = c
 			}
-			ops = append(ops, q)
-			size += reqSize(q)
-			sent.vv[o] = s
+		}
+		if q == nil || (len(ops) > 0 && size+reqSize(q) > r.cfg.MaxEntryBytes) {
+			break
+		}
+		ops = append(ops, q)
+		size += reqSize(q)
+		sent.vv[q.ID.Origin] = q.ID.Seq
+		if o := q.ID.Origin; q.ID.Seq < r.vv[o] {
+			next[o] = q.ID.Seq + 1
+		} else {
+			delete(next, o)
 		}
 	}
 	if len(ops) > 0 {
