@@ -31,6 +31,18 @@ func BenchmarkApplyPut(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyPutLarge: a put of a 256 KiB value (the state copies and
+// hashes it).
+func BenchmarkApplyPutLarge(b *testing.B) {
+	keys := benchKeys(64)
+	s := filled(b, keys)
+	v := make([]byte, 256<<10)
+	b.SetBytes(int64(len(v)))
+	for i := 0; b.Loop(); i++ {
+		s.Apply(Op{Kind: OpPut, Key: keys[i&(len(keys)-1)], Value: v})
+	}
+}
+
 func BenchmarkApplyGet(b *testing.B) {
 	keys := benchKeys(1 << 16)
 	s := filled(b, keys)
