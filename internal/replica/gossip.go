@@ -90,6 +90,18 @@ func (r *Replica) answerSync(m Message) {
 		sent = &gossipMark{vv: VV{}, base: m.VV.Clone(), at: r.ticks}
 		r.gossipSent[m.From] = sent
 	}
+	// A peer that lacks operations this replica has forgotten (committed,
+	// dropped after a snapshot) gets them from the raft log or a snapshot,
+	// and nothing from here until then: an origin's operations after the
+	// gap would be refused, and the other origins' would run ahead of it,
+	// to be rolled back and executed again under each answer that brings
+	// the lagging origin later (a restarted replica, in the kill soak,
+	// rolled back 3,000 operations per answer for seconds).
+	for o, base := range r.logBase {
+		if m.VV[o] < base {
+			return
+		}
+	}
 	// The operations go in timestamp order across origins (a merge of the
 	// origins' runs, each FIFO and so in timestamp order), as gossip does
 	// (Creek §3.2): the receiver places each on top of what it holds. Origin
@@ -98,9 +110,7 @@ func (r *Replica) answerSync(m Message) {
 	// executing again all it had received so far, per message.
 	next := map[uint64]uint64{} // origin: the next sequence number to send
 	for _, o := range r.vv.origins() {
-		// Operations forgotten after a snapshot are committed: the peer
-		// gets them from the raft log or a snapshot instead.
-		if s := max(m.VV[o], sent.vv[o], r.logBase[o]) + 1; s <= r.vv[o] {
+		if s := max(m.VV[o], sent.vv[o]) + 1; s <= r.vv[o] {
 			next[o] = s
 		}
 	}
