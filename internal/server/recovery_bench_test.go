@@ -64,6 +64,55 @@ func BenchmarkFailover(b *testing.B) {
 	}
 }
 
+// BenchmarkCatchUp measures a follower's catch-up: replica 3 is down while
+// replica 1 takes n weak puts (snapshots as configured by default, so that
+// the missed writes come from the log or, once they lie behind its
+// compacted part, from a snapshot), then starts again. catchup-s is the
+// time from its start until it has applied everything replica 1 had
+// committed when it started (Status: committed operations and applied
+// index). It must grow at most with what was missed, not with the history
+// before it (history: weak puts with every replica up, before the stop).
+//
+//	go test ./internal/server -run '^$' -bench CatchUp -benchtime 1x -timeout 30m
+func BenchmarkCatchUp(b *testing.B) {
+	for _, r := range []struct{ history, n int }{{0, 1_000}, {0, 10_000}, {0, 100_000}, {100_000, 1_000}} {
+		b.Run(fmt.Sprintf("history=%d/writes=%d", r.history, r.n), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				lc := loadClusterWith(b, r.history, r.n, nil, 3)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				want, err := lc.servers[0].Status(ctx, &api.StatusRequest{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				lc.servers[2] = lc.open(3)
+				c := dial(b, lc.peers[3])
+				var answered time.Duration
+				for {
+					st, err := c.Status(ctx, &api.StatusRequest{})
+					if err == nil && answered == 0 {
+						answered = time.Since(start)
+					}
+					if err == nil && st.GetCommittedOps() >= want.GetCommittedOps() && st.GetAppliedIndex() >= want.GetAppliedIndex() {
+						break
+					}
+					if ctx.Err() != nil {
+						b.Fatalf("replica 3 did not catch up: %v (status %v, want %v)", ctx.Err(), st, want)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				b.ReportMetric(time.Since(start).Seconds(), "catchup-s")
+				b.ReportMetric(answered.Seconds(), "status-s")
+				b.StopTimer()
+				cancel()
+				lc.stop()
+			}
+		})
+	}
+}
+
 // loaded is a three-replica cluster on Pebble (fsync on, snapshots off)
 // that took n weak puts through replica 1.
 type loaded struct {
@@ -79,18 +128,44 @@ func (l *loaded) stop() {
 }
 
 func loadCluster(b *testing.B, n int) *loaded {
+	return loadClusterWith(b, 0, n, func(c *Config) { c.SnapshotEntries = -1 }, 0)
+}
+
+// loadClusterWith is loadCluster with the replicas' configuration changed
+// by tweak: history weak puts with every replica up, then replica down (if
+// not 0) stops, then n more.
+func loadClusterWith(b *testing.B, history, n int, tweak func(*Config), down uint64) *loaded {
 	b.Helper()
 	dir := b.TempDir()
 	peers := freePeers(b, 3)
 	open := func(id uint64) *Server {
-		return startOnPebble(b, dir, peers, id, false, func(c *Config) { c.SnapshotEntries = -1 })
+		return startOnPebble(b, dir, peers, id, false, tweak)
 	}
 	lc := &loaded{servers: []*Server{open(1), open(2), open(3)}, peers: peers, open: open}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c := dial(b, peers[1])
-	// Load: n weak puts through replica 1, 64 outstanding.
-	var next atomic.Int64
+	weakPuts(ctx, b, c, 0, history)
+	if down != 0 {
+		if err := lc.servers[down-1].Stop(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	weakPuts(ctx, b, c, history, n)
+	// Let the no-ops commit what the puts left tentative, as on a live
+	// cluster; a restart then replays a committed log.
+	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("sync", "x"), Final: true, Strong: true}); err != nil {
+		b.Fatal(err)
+	}
+	return lc
+}
+
+// weakPuts puts n values through c, 64 outstanding, over 1,000 keys; from
+// is the number of puts before (their values differ).
+func weakPuts(ctx context.Context, b *testing.B, c api.StoreClient, from, n int) {
+	b.Helper()
+	next := atomic.Int64{}
+	next.Store(int64(from))
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	for range 64 {
@@ -99,7 +174,7 @@ func loadCluster(b *testing.B, n int) *loaded {
 			defer wg.Done()
 			for {
 				i := next.Add(1)
-				if i > int64(n) {
+				if i > int64(from+n) {
 					return
 				}
 				op := put(fmt.Sprintf("k%d", i%1000), fmt.Sprintf("v%d", i))
@@ -121,12 +196,6 @@ func loadCluster(b *testing.B, n int) *loaded {
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)
 	}
-	// Let the no-ops commit what the puts left tentative, as on a live
-	// cluster; a restart then replays a committed log.
-	if _, err := invoke(ctx, c, &api.InvokeRequest{Op: put("sync", "x"), Final: true, Strong: true}); err != nil {
-		b.Fatal(err)
-	}
-	return lc
 }
 
 func measureRecovery(b *testing.B, n int) (status, final time.Duration) {
