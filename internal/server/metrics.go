@@ -23,6 +23,12 @@ type Metrics struct {
 	saves      prometheus.Counter
 	saveLat    prometheus.Histogram
 	batch      *prometheus.HistogramVec
+	// execs and rollbacks count the replica's executions of updates
+	// (re-executions included) and executions undone (Creek §4.4); seen
+	// holds the replica's counts they were last brought up to. A catch-up
+	// that executes the same operations again and again shows here.
+	execs, rollbacks prometheus.Counter
+	seen             replica.Stats
 
 	// The labelled series every operation or message touches, looked up
 	// once here instead of by label values (a hash and a map lookup under
@@ -67,7 +73,13 @@ func NewMetrics(reg prometheus.Registerer, replicaID string) *Metrics {
 		Name: "correctables_batch_size", Help: "Per handled batch (group commit): raft entries and own operations persisted, messages sent, views delivered.",
 		ConstLabels: l, Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 	}, []string{"what"})
-	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch)
+	m.execs = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_executions_total", Help: "Executions of updates in the tentative order, re-executions after a rollback included.", ConstLabels: l,
+	})
+	m.rollbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_rollbacks_total", Help: "Executions undone to place an operation that arrived out of timestamp order, or to commit one (Creek §4.4).", ConstLabels: l,
+	})
+	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch, m.execs, m.rollbacks)
 	m.opsWeak, m.opsStrong = m.ops.WithLabelValues("weak"), m.ops.WithLabelValues("strong")
 	m.latPrelim, m.latFinal = m.viewLat.WithLabelValues("preliminary"), m.viewLat.WithLabelValues("final")
 	m.confirmed, m.diverged = m.divergence.WithLabelValues("confirmed"), m.divergence.WithLabelValues("diverged")
@@ -113,6 +125,20 @@ func (m *Metrics) observeRound(r driver.Round) {
 	}
 	m.batchMessages.Observe(float64(r.Messages))
 	m.batchViews.Observe(float64(r.Views))
+}
+
+// observeReplica brings the execution counters up to the replica's.
+func (m *Metrics) observeReplica(st replica.Stats) {
+	if m == nil {
+		return
+	}
+	if d := st.Executions - m.seen.Executions; d > 0 {
+		m.execs.Add(float64(d))
+	}
+	if d := st.Rollbacks - m.seen.Rollbacks; d > 0 {
+		m.rollbacks.Add(float64(d))
+	}
+	m.seen = st
 }
 
 func (m *Metrics) peerDropped() {

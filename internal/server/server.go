@@ -484,6 +484,7 @@ func (s *Server) loop() {
 		s.unpark()
 		s.logCatchUp()
 		s.publishStatus()
+		s.cfg.Metrics.observeReplica(s.rep.Stats())
 		if err := s.syncMembers(); err != nil {
 			// Removed from the cluster (syncMembers logged it).
 			s.loopErr = err

@@ -327,6 +327,14 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
+	// Each put was executed (in a round that ended before its final view);
+	// nothing arrived out of order, so nothing was rolled back.
+	if got["correctables_executions_total"] < 3 {
+		t.Errorf("correctables_executions_total = %v, want at least 3 (all: %v)", got["correctables_executions_total"], got)
+	}
+	if r, ok := got["correctables_rollbacks_total"]; !ok || r != 0 {
+		t.Errorf("correctables_rollbacks_total = %v (present %v), want 0", r, ok)
+	}
 	for name, want := range map[string]float64{
 		"correctables_operations_total{strong}":          3,
 		"correctables_operations_total{weak}":            2,
