@@ -93,6 +93,17 @@ func (tr *trio) deliver() {
 	}
 }
 
+// elect ticks until every replica knows a leader.
+func (tr *trio) elect() {
+	tr.t.Helper()
+	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
+		if i > 1000 {
+			tr.t.Fatal("no leader after 1000 ticks")
+		}
+		tr.tick()
+	}
+}
+
 // tick ticks every replica and delivers what follows.
 func (tr *trio) tick() {
 	tr.t.Helper()
@@ -119,12 +130,7 @@ func (tr *trio) tick() {
 // when the leader was lost through a peer's message).
 func TestFollowerLosingLeaderWithStrongBatchDrains(t *testing.T) {
 	tr := newTrio(t, func(c *Config) { c.RetryTicks, c.NoopTicks = 10_000, 10_000 })
-	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
-		if i > 1000 {
-			t.Fatal("no leader after 1000 ticks")
-		}
-		tr.tick()
-	}
+	tr.elect()
 	lead := tr.r[1].Leader()
 	f := lead%3 + 1
 	n := 2 * tr.r[f].cfg.NoopBatch

@@ -37,12 +37,7 @@ func (tr *trio) tickExcept(drop func(Message) bool) {
 // and the no-op period is too long to commit them.
 func drainSetup(t *testing.T, n int, leader bool) (tr *trio, x, remover uint64, noGossip func(Message) bool) {
 	tr = newTrio(t, func(c *Config) { c.NoopTicks = 1 << 30 })
-	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
-		if i > 1000 {
-			t.Fatal("no leader after 1000 ticks")
-		}
-		tr.tick()
-	}
+	tr.elect()
 	remover = tr.r[1].Leader()
 	x = remover%3 + 1
 	if leader {

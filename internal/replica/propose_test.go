@@ -17,12 +17,7 @@ import (
 // contexts), and every one of them commits.
 func TestStrongOperationsOfOneReadyShareAnEntry(t *testing.T) {
 	tr := newTrio(t, nil)
-	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
-		if i > 1000 {
-			t.Fatal("no leader after 1000 ticks")
-		}
-		tr.tick()
-	}
+	tr.elect()
 	f := tr.r[1].Leader()%3 + 1
 	const n = 5
 	for i := range n {
@@ -61,12 +56,7 @@ func TestStrongOperationsOfOneReadyShareAnEntry(t *testing.T) {
 // electTrio ticks until every replica of tr knows a leader, and returns it.
 func electTrio(t *testing.T, tr *trio) uint64 {
 	t.Helper()
-	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
-		if i > 1000 {
-			t.Fatal("no leader after 1000 ticks")
-		}
-		tr.tick()
-	}
+	tr.elect()
 	return tr.r[1].Leader()
 }
 

@@ -15,12 +15,7 @@ import (
 // of heartbeats to every follower.
 func TestStrongReadsShareTheReadIndexInFlight(t *testing.T) {
 	tr := newTrio(t, nil)
-	for i := 0; tr.r[1].Leader() == 0 || tr.r[2].Leader() == 0 || tr.r[3].Leader() == 0; i++ {
-		if i > 1000 {
-			t.Fatal("no leader after 1000 ticks")
-		}
-		tr.tick()
-	}
+	tr.elect()
 	f := tr.r[1].Leader()%3 + 1
 	if err := tr.r[f].Submit(ClientRequest{Client: 1, Seq: 1, Strong: true, Want: WantStable,
 		Op: state.Op{Kind: state.OpPut, Key: "k", Value: []byte("v")}}); err != nil {
