@@ -187,7 +187,7 @@ func serve(cmd *cobra.Command, fc serveConfig) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	st, err := storage.Open(storage.Options{Dir: fc.Data, Logger: log})
+	st, err := storage.Open(storage.Options{Dir: fc.Data, Logger: log, AsyncSnapshotReads: true})
 	if err != nil {
 		return err
 	}

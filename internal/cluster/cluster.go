@@ -259,7 +259,7 @@ func Start(opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
-		st, err := storage.Open(storage.Options{Dir: dir, NoSync: opts.NoSync, Logger: opts.Logger.With("replica", id)})
+		st, err := storage.Open(storage.Options{Dir: dir, NoSync: opts.NoSync, Logger: opts.Logger.With("replica", id), AsyncSnapshotReads: true})
 		if err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("cluster: replica %d: %w", id, err)

@@ -461,7 +461,13 @@ func (r *Replica) committedCount() int { return r.committedBase + len(r.committe
 
 // loadSnapshot restores from the storage's snapshot at start.
 func (r *Replica) loadSnapshot() (uint64, error) {
-	snap, err := r.cfg.Storage.Snapshot()
+	read := r.cfg.Storage.Snapshot
+	if st, ok := r.cfg.Storage.(interface {
+		ReadSnapshot() (*raftpb.Snapshot, error)
+	}); ok {
+		read = st.ReadSnapshot // not one that answers "later" (storage.Options.AsyncSnapshotReads)
+	}
+	snap, err := read()
 	if err != nil && err != raft.ErrSnapshotTemporarilyUnavailable {
 		return 0, fmt.Errorf("replica: reading snapshot: %w", err)
 	}

@@ -66,7 +66,7 @@ func freePeers(t testing.TB, n int) map[uint64]string {
 // The caller stops it.
 func startOnPebble(t testing.TB, dir string, peers map[uint64]string, id uint64, noSync bool, tweak func(*Config)) *Server {
 	t.Helper()
-	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), NoSync: noSync, Logger: reviewQuiet()})
+	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), NoSync: noSync, Logger: reviewQuiet(), AsyncSnapshotReads: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func TestMembershipOnPebble(t *testing.T) {
 	// A restart of the removed replica from its data stops again: at once
 	// if its log holds its removal, else as soon as a member refuses it.
 	pc.stop(3)
-	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, "3"), NoSync: true, Logger: reviewQuiet()})
+	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, "3"), NoSync: true, Logger: reviewQuiet(), AsyncSnapshotReads: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 
 	"github.com/correctables/correctables/api"
@@ -24,9 +25,27 @@ type peer struct {
 	s      *Server
 	id     uint64
 	addr   string
-	queue  chan []byte
+	queue  chan outgoing
 	queued atomic.Int64  // bytes in queue
 	quit   chan struct{} // closed when the peer leaves the cluster
+}
+
+// outgoing is a message in a peer's queue: encoded (b), or, a raft
+// snapshot, to be encoded by the peer's stream (m, of about n bytes). A
+// snapshot holds the whole state; encoding one of 256 MiB on the loop
+// kept a leader from sending heartbeats for over a second.
+type outgoing struct {
+	b []byte
+	m *replica.Message
+	n int
+}
+
+// size is the bytes the message counts for in the queue's bound.
+func (o outgoing) size() int {
+	if o.m != nil {
+		return o.n
+	}
+	return len(o.b)
 }
 
 const (
@@ -59,7 +78,7 @@ var (
 var peerConnect = redial.Params
 
 func newPeer(s *Server, id uint64, addr string) *peer {
-	return &peer{s: s, id: id, addr: addr, queue: make(chan []byte, s.cfg.PeerQueue)}
+	return &peer{s: s, id: id, addr: addr, queue: make(chan outgoing, s.cfg.PeerQueue)}
 }
 
 func (p *peer) enqueue(m replica.Message) {
@@ -73,28 +92,60 @@ func (p *peer) enqueue(m replica.Message) {
 		p.s.cfg.Metrics.peerDropped()
 		return
 	}
-	b, err := replica.EncodeMessage(m)
-	if err != nil {
-		p.s.log.Error("encoding a peer message", "peer", p.id, "err", err)
-		return
+	var o outgoing
+	if m.Raft.GetType() == raftpb.MsgSnap {
+		o = outgoing{m: &m, n: len(m.Raft.GetSnapshot().GetData()) + 1024}
+	} else {
+		b, err := replica.EncodeMessage(m)
+		if err != nil {
+			p.s.log.Error("encoding a peer message", "peer", p.id, "err", err)
+			return
+		}
+		o.b = b
 	}
-	if len(b) > maxWholeMessage {
-		p.s.log.Error("peer message over the size limit, dropped", "peer", p.id, "type", m.Type, "bytes", len(b))
-		p.s.cfg.Metrics.peerDropped()
+	if !p.sizeOK(o.size(), m.Type) {
 		return
 	}
 	// A message larger than the queue's byte bound goes when nothing else
 	// is queued (a snapshot of a large state).
-	if q := p.queued.Load(); q > 0 && q+int64(len(b)) > int64(p.s.cfg.PeerQueueBytes) {
+	if q := p.queued.Load(); q > 0 && q+int64(o.size()) > int64(p.s.cfg.PeerQueueBytes) {
 		p.s.cfg.Metrics.peerDropped()
 		return
 	}
 	select {
-	case p.queue <- b:
-		p.queued.Add(int64(len(b)))
+	case p.queue <- o:
+		p.queued.Add(int64(o.size()))
 	default:
 		p.s.cfg.Metrics.peerDropped()
 	}
+}
+
+// sizeOK reports whether a message of n bytes may go (logging and
+// counting it dropped if not).
+func (p *peer) sizeOK(n int, t replica.MsgType) bool {
+	if n <= maxWholeMessage {
+		return true
+	}
+	p.s.log.Error("peer message over the size limit, dropped", "peer", p.id, "type", t, "bytes", n)
+	p.s.cfg.Metrics.peerDropped()
+	return false
+}
+
+// encoded returns o's bytes, encoding a message queued unencoded (nil if it
+// cannot go).
+func (p *peer) encoded(o outgoing) []byte {
+	if o.m == nil {
+		return o.b
+	}
+	b, err := replica.EncodeMessage(*o.m)
+	if err != nil {
+		p.s.log.Error("encoding a peer message", "peer", p.id, "err", err)
+		return nil
+	}
+	if !p.sizeOK(len(b), o.m.Type) {
+		return nil
+	}
+	return b
 }
 
 // run keeps a stream to the peer open until stop closes.
@@ -155,8 +206,12 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 	size := 0
 	// take moves b from the queue into env, or into large if it goes in
 	// parts, and reports whether env may take more.
-	take := func(b []byte) bool {
-		p.queued.Add(-int64(len(b)))
+	take := func(o outgoing) bool {
+		p.queued.Add(-int64(o.size()))
+		b := p.encoded(o)
+		if b == nil {
+			return true
+		}
 		if len(b) > peerPartBytes {
 			large = b
 			return false

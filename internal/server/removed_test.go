@@ -39,7 +39,7 @@ func (b *syncBuffer) String() string {
 // server on it: New must refuse, naming the removal and how it was learnt.
 func restartRemoved(t *testing.T, dir string, peers map[uint64]string, id uint64, how string) {
 	t.Helper()
-	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), NoSync: true, Logger: reviewQuiet()})
+	st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), NoSync: true, Logger: reviewQuiet(), AsyncSnapshotReads: true})
 	if err != nil {
 		t.Fatal(err)
 	}

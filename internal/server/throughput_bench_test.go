@@ -35,7 +35,7 @@ func benchPut(b *testing.B, strong bool, conc int) {
 	dir := b.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	servers := startCluster(b, 3, func(id uint64) Storage {
-		st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), Logger: log})
+		st, err := storage.Open(storage.Options{Dir: filepath.Join(dir, fmt.Sprint(id)), Logger: log, AsyncSnapshotReads: true})
 		if err != nil {
 			b.Fatal(err)
 		}

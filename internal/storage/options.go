@@ -19,6 +19,17 @@ type Options struct {
 	// NoSync skips the fsync of every write. For tests and benchmarks only:
 	// with NoSync a crash may lose writes whose call returned nil.
 	NoSync bool
+	// AsyncSnapshotReads makes Snapshot, which raft calls on its owner's
+	// loop to send a follower that fell behind the log a snapshot, read the
+	// snapshot's file on a goroutine of its own: until it is read Snapshot
+	// answers raft.ErrSnapshotTemporarilyUnavailable (raft asks again at
+	// the next heartbeat response), then the snapshot read, kept until a
+	// newer one is stored or for a minute after raft last asked. Without
+	// it a leader read a snapshot of a 256 MiB state (and decoded it) on
+	// its loop, sent no heartbeat for over a second, and was deposed; the
+	// next leader did the same. ReadSnapshot always reads synchronously.
+	// Off by default: the simulation stays deterministic.
+	AsyncSnapshotReads bool
 	// Logger receives Pebble's log and the Store's own. Default slog.Default.
 	Logger *slog.Logger
 	// TailCacheEntries and TailCacheBytes bound the in-memory copy of the

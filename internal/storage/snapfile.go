@@ -6,8 +6,10 @@ import (
 	"hash/crc32"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -135,9 +137,16 @@ func (s *Store) readSnapFile(name string) (*raftpb.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot file %s: %w", ErrCorrupt, name, err)
 	}
+	return readSnapFrom(f, name)
+}
+
+// readSnapFrom reads, checks and decodes the snapshot file f, named name,
+// and closes it.
+func readSnapFrom(f vfs.File, name string) (*raftpb.Snapshot, error) {
 	defer f.Close()
 	var b []byte
-	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > 0 {
 		b = make([]byte, fi.Size())
 		_, err = io.ReadFull(f, b)
 	} else {
@@ -229,4 +238,71 @@ func (s *Store) makeSnapDir() error {
 		return fmt.Errorf("storage: snapshot directory: %w", err)
 	}
 	return nil
+}
+
+// snapForSend is the snapshot Snapshot reads in the background for raft
+// to send (Options.AsyncSnapshotReads).
+type snapForSend struct {
+	snap    *raftpb.Snapshot // read, of file name; nil if none
+	name    string
+	used    time.Time // when raft last asked for it
+	loading string    // the file being read, "" if none
+	failed  time.Time // when the last read failed
+}
+
+// snapKeep is how long a snapshot read for sending is kept after raft last
+// asked for it, and snapRetry how long after a failed read the next starts.
+const (
+	snapKeep  = time.Minute
+	snapRetry = time.Second
+)
+
+// snapshotForSend returns the snapshot of the current file if it was read,
+// and otherwise starts reading it on a goroutine of its own and returns
+// raft.ErrSnapshotTemporarilyUnavailable. s.mu is held.
+func (s *Store) snapshotForSend() (*raftpb.Snapshot, error) {
+	now := time.Now()
+	if s.send.snap != nil && s.send.name == s.snapFile {
+		s.send.used = now
+		return s.send.snap, nil
+	}
+	s.send.snap = nil // an older snapshot's
+	if s.send.loading != "" || now.Sub(s.send.failed) < snapRetry {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	name := s.snapFile
+	// Opened under mu: the file is removed only under mu, once a newer
+	// record has committed, and an open file stays readable.
+	f, err := s.opts.FS.Open(s.snapPath(name))
+	if err != nil {
+		return nil, fmt.Errorf("%w: snapshot file %s: %w", ErrCorrupt, name, err)
+	}
+	s.send.loading = name
+	go func() {
+		start := time.Now()
+		snap, err := readSnapFrom(f, name)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.send.loading = ""
+		if err != nil {
+			s.send.failed = time.Now()
+			s.opts.Logger.Error("storage: reading a snapshot to send", "file", name, "err", err)
+			return
+		}
+		if name != s.snapFile {
+			return // overtaken: raft's next ask reads the newer one
+		}
+		s.send.snap, s.send.name, s.send.used = snap, name, time.Now()
+		s.opts.Logger.Info("storage: snapshot read for sending", "index", snap.GetMetadata().GetIndex(),
+			"bytes", len(snap.GetData()), "took", time.Since(start).Round(time.Millisecond))
+	}()
+	return nil, raft.ErrSnapshotTemporarilyUnavailable
+}
+
+// dropStaleSend forgets a snapshot read for sending that a newer one
+// replaced or that raft has not asked for in snapKeep. s.mu is held.
+func (s *Store) dropStaleSend() {
+	if s.send.snap != nil && (s.send.name != s.snapFile || time.Since(s.send.used) > snapKeep) {
+		s.send.snap = nil
+	}
 }

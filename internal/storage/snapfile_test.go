@@ -275,3 +275,95 @@ func TestSnapshotRecordSyncedWithoutFsync(t *testing.T) {
 		t.Fatalf("after a crash: Snapshot = %v, %v; want the last, at 9", snap, err)
 	}
 }
+
+// TestAsyncSnapshotReads: with AsyncSnapshotReads, Snapshot (what raft
+// calls on its owner's loop to send a snapshot) never reads a file: it
+// answers raft.ErrSnapshotTemporarilyUnavailable while a goroutine reads
+// it, then the snapshot read, until a newer snapshot replaces it (then the
+// newer one is read the same way). ReadSnapshot reads at once; a damaged
+// file is reported by ReadSnapshot and, at Snapshot, by the log and by no
+// snapshot ever being returned.
+func TestAsyncSnapshotReads(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := memOptions(fs)
+	opts.AsyncSnapshotReads = true
+	s := mustOpen(t, opts)
+	defer s.Close()
+	var ents []*raftpb.Entry
+	for i := uint64(1); i <= 10; i++ {
+		ents = append(ents, ent(i, 1, "e"))
+	}
+	if err := s.Save(nil, ents, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := s.Snapshot(); err != nil || !raft.IsEmptySnap(snap) {
+		t.Fatalf("Snapshot before any = %v, %v; want the empty one", snap, err)
+	}
+	// waitFor calls Snapshot until it returns a snapshot at index.
+	waitFor := func(index uint64, data []byte) {
+		t.Helper()
+		first := true
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			snap, err := s.Snapshot()
+			if errors.Is(err, raft.ErrSnapshotTemporarilyUnavailable) {
+				first = false
+				if time.Now().After(deadline) {
+					t.Fatalf("snapshot %d still unavailable after 10 s", index)
+				}
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err != nil || snap.GetMetadata().GetIndex() != index || !bytes.Equal(snap.GetData(), data) {
+				t.Fatalf("Snapshot = index %d, %d bytes, %v; want index %d, %d bytes", snap.GetMetadata().GetIndex(), len(snap.GetData()), err, index, len(data))
+			}
+			if first {
+				t.Fatalf("Snapshot returned snapshot %d at once; want it read in the background first", index)
+			}
+			return
+		}
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3*snapBytesPerSync/16+5)
+	if _, err := s.CreateSnapshot(4, &raftpb.ConfState{Voters: []uint64{1}}, big); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := s.ReadSnapshot(); err != nil || snap.GetMetadata().GetIndex() != 4 || !bytes.Equal(snap.GetData(), big) {
+		t.Fatalf("ReadSnapshot = index %d, %v; want index 4 with its data", snap.GetMetadata().GetIndex(), err)
+	}
+	waitFor(4, big)
+	if snap, err := s.Snapshot(); err != nil || snap.GetMetadata().GetIndex() != 4 {
+		t.Fatalf("Snapshot once read = %v, %v; want snapshot 4 again", snap.GetMetadata(), err)
+	}
+	// A newer snapshot replaces the one read.
+	if _, err := s.CreateSnapshot(8, &raftpb.ConfState{Voters: []uint64{1}}, []byte("newer")); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	kept := s.send.snap != nil
+	s.mu.Unlock()
+	if kept {
+		t.Fatal("the snapshot read for sending is kept after a newer one was stored")
+	}
+	waitFor(8, []byte("newer"))
+	// A damaged file.
+	if _, err := s.CreateSnapshot(9, &raftpb.ConfState{Voters: []uint64{1}}, []byte("damaged")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.OpenReadWrite(fs.PathJoin("db", snapDir, snapFileName(1, 9)), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, 2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := s.ReadSnapshot(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadSnapshot of a damaged file: %v, want ErrCorrupt", err)
+	}
+	for range 50 {
+		if snap, err := s.Snapshot(); !errors.Is(err, raft.ErrSnapshotTemporarilyUnavailable) {
+			t.Fatalf("Snapshot of a damaged file = %v, %v; want it never available", snap.GetMetadata(), err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -73,6 +73,10 @@ type Store struct {
 	// an overwrite copies the slice, so callers never see it change.
 	tail      []*raftpb.Entry
 	tailBytes int
+	// runs holds the terms of the log (trunc.Index, last] (terms.go).
+	runs []termRun
+	// send is the snapshot read for raft to send (AsyncSnapshotReads).
+	send snapForSend
 	// buf is Save's scratch for keys and encoded values: Pebble's Batch.Set
 	// copies both, so one buffer serves every record of every Save.
 	buf []byte
@@ -208,7 +212,7 @@ func (s *Store) load() error {
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("storage: read log: %w", err)
 	}
-	return nil
+	return s.loadRuns()
 }
 
 // get returns a copy of the value at key.
@@ -317,18 +321,10 @@ func (s *Store) term(i uint64) (uint64, error) {
 	if len(s.tail) > 0 && i >= s.tail[0].GetIndex() {
 		return s.tail[i-s.tail[0].GetIndex()].GetTerm(), nil
 	}
-	v, ok, err := s.get(logKey(i))
-	if err != nil {
-		return 0, err
+	if t, ok := s.runTerm(i); ok {
+		return t, nil
 	}
-	if !ok {
-		return 0, fmt.Errorf("%w: entry %d missing from log (%d, %d]", ErrCorrupt, i, s.trunc.Index, s.last)
-	}
-	var e raftpb.Entry
-	if err := proto.Unmarshal(v, &e); err != nil {
-		return 0, fmt.Errorf("%w: entry %d: %w", ErrCorrupt, i, err)
-	}
-	return e.GetTerm(), nil
+	return s.readTerm(i)
 }
 
 // Entries implements raft.Storage: the entries [lo, hi), at least one and
@@ -431,6 +427,26 @@ func limitSize(ents []*raftpb.Entry, maxSize uint64) []*raftpb.Entry {
 
 // Snapshot implements raft.Storage: the latest snapshot, or an empty one.
 func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
+	if !s.opts.AsyncSnapshotReads {
+		return s.ReadSnapshot()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	if s.snapMeta.GetIndex() == 0 {
+		return raftpb.EnsureSnapshot(nil), nil
+	}
+	if s.snapFile == "" {
+		return s.readInline()
+	}
+	return s.snapshotForSend()
+}
+
+// ReadSnapshot returns the latest snapshot, read now (what a replica
+// restores at start).
+func (s *Store) ReadSnapshot() (*raftpb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -444,6 +460,12 @@ func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
 		// record has committed.
 		return s.readSnapFile(s.snapFile)
 	}
+	return s.readInline()
+}
+
+// readInline reads a snapshot kept inline in Pebble (format 1). s.mu is
+// held.
+func (s *Store) readInline() (*raftpb.Snapshot, error) {
 	v, ok, err := s.get(keySnapshot)
 	if err != nil {
 		return nil, err
@@ -484,6 +506,7 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dropStaleSend()
 	recorded := false
 	if snapName != "" {
 		defer func() {
@@ -596,8 +619,9 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 		s.hs = newHS
 	}
 	if resetTail {
-		s.tail, s.tailBytes = nil, 0
+		s.tail, s.tailBytes, s.runs = nil, 0, nil
 	}
+	s.appendRuns(ents)
 	s.trunc, s.last, s.snapMeta = trunc, last, snapMeta
 	if snapName != "" {
 		recorded = true
@@ -642,6 +666,7 @@ func (s *Store) setSnapRecord(b *pebble.Batch, snap *raftpb.Snapshot, name strin
 func (s *Store) snapRecorded(name string) {
 	s.snapFile, s.version = name, formatVersion
 	s.removeOlderSnapFiles(name)
+	s.dropStaleSend()
 }
 
 // dropSnapFile removes the file of a snapshot whose record did not commit,
@@ -842,6 +867,7 @@ func (s *Store) Compact(index uint64) error {
 		return err
 	}
 	s.trunc = trunc
+	s.compactRuns(index)
 	drop := 0
 	for drop < len(s.tail) && s.tail[drop].GetIndex() <= index {
 		s.tailBytes -= proto.Size(s.tail[drop])
