@@ -127,6 +127,7 @@ func (r *Replica) tentativeToPropose() []*Req {
 		}
 	}
 	slices.SortFunc(all, compareReq)
+	all = r.notCarried(all, r.inLogNow())
 	var ops []*Req
 	blocked := map[uint64]bool{}
 	for _, q := range all {
@@ -244,7 +245,14 @@ func (r *Replica) proposeEntry(e entry) {
 			r.ownProposed = q.ID.Seq
 		}
 	}
+	// At the leader, what its log carries already stays out (inlog.go).
+	set := r.inLogNow()
+	if e.Ops = r.notCarried(e.Ops, set); len(e.Ops) == 0 {
+		return
+	}
 	// A dropped proposal (no leader yet, or the leader's budget is full) is
 	// retried by the tick loop; nothing else to do here.
-	_ = r.node.Propose(encodeEntry(e))
+	if r.node.Propose(encodeEntry(e)) == nil {
+		carry(set, e.Ops)
+	}
 }

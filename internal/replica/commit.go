@@ -64,6 +64,7 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("replica: entry %d: %w", ent.GetIndex(), err)
 	}
+	r.carried.applied(e.Ops)
 	if e.Marker != nil {
 		if err := r.flushCommits(); err != nil {
 			return err
@@ -124,6 +125,11 @@ func (r *Replica) committable(ops []*Req) []*Req {
 	fresh := ops[:0]
 	for _, q := range ops {
 		o := q.ID.Origin
+		if q.ID.Seq <= r.committedVV[o] {
+			r.stats.Duplicates++
+			r.stats.DuplicateBytes += reqSize(q)
+			continue
+		}
 		if q.ID.Seq != r.committedVV[o]+1 {
 			continue
 		}

@@ -3,6 +3,8 @@ package replica
 import (
 	"errors"
 	"fmt"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Reliable broadcast of operations (Creek §3.2, Algorithm 1, the weak path):
@@ -14,6 +16,9 @@ func (r *Replica) Step(m Message) error {
 	case MsgRaft:
 		if m.Raft == nil {
 			return errors.New("replica: raft message without payload")
+		}
+		if m.Raft.GetType() == raftpb.MsgProp {
+			return r.stepProposal(m.Raft)
 		}
 		return r.node.Step(m.Raft)
 	case MsgOps:

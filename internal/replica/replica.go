@@ -174,6 +174,10 @@ type Stats struct {
 	StrongAccurate    int // ... whose stable result equalled the tentative one
 	TentativeMaxDepth int // longest tentative list seen
 	SnapshotsReceived int // snapshots received through raft (catch-up)
+	// Duplicates counts operations a committed entry carried that an
+	// earlier entry had committed (proposed again by a retry or by another
+	// replica), and DuplicateBytes their size (reqSize).
+	Duplicates, DuplicateBytes int
 }
 
 // waiter is a client waiting for the stable view of an operation.
@@ -272,8 +276,10 @@ type Replica struct {
 
 	// arrived is the tick each tentative operation arrived at; proposedAt
 	// the tick this replica last put it in a log entry.
-	arrived       map[OpID]int
-	proposedAt    map[OpID]int
+	arrived    map[OpID]int
+	proposedAt map[OpID]int
+	// carried: as the leader, the operations its log carries (inlog.go).
+	carried       inLog
 	gossipSent    map[uint64]*gossipMark
 	waiting       map[OpID]*waiter
 	pendingStrong map[OpID]int // own uncommitted strong ops -> tick last proposed

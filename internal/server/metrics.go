@@ -28,7 +28,9 @@ type Metrics struct {
 	// holds the replica's counts they were last brought up to. A catch-up
 	// that executes the same operations again and again shows here.
 	execs, rollbacks prometheus.Counter
-	seen             replica.Stats
+	// dups and dupBytes count operations committed entries carried again.
+	dups, dupBytes prometheus.Counter
+	seen           replica.Stats
 
 	// The labelled series every operation or message touches, looked up
 	// once here instead of by label values (a hash and a map lookup under
@@ -79,7 +81,13 @@ func NewMetrics(reg prometheus.Registerer, replicaID string) *Metrics {
 	m.rollbacks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "correctables_rollbacks_total", Help: "Executions undone to place an operation that arrived out of timestamp order, or to commit one (Creek §4.4).", ConstLabels: l,
 	})
-	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch, m.execs, m.rollbacks)
+	m.dups = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_duplicate_commits_total", Help: "Operations a committed log entry carried that an earlier entry had committed (proposed again by a retry, or by a replica other than their origin).", ConstLabels: l,
+	})
+	m.dupBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_duplicate_commit_bytes_total", Help: "Bytes of the operations counted by correctables_duplicate_commits_total.", ConstLabels: l,
+	})
+	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch, m.execs, m.rollbacks, m.dups, m.dupBytes)
 	m.opsWeak, m.opsStrong = m.ops.WithLabelValues("weak"), m.ops.WithLabelValues("strong")
 	m.latPrelim, m.latFinal = m.viewLat.WithLabelValues("preliminary"), m.viewLat.WithLabelValues("final")
 	m.confirmed, m.diverged = m.divergence.WithLabelValues("confirmed"), m.divergence.WithLabelValues("diverged")
@@ -137,6 +145,12 @@ func (m *Metrics) observeReplica(st replica.Stats) {
 	}
 	if d := st.Rollbacks - m.seen.Rollbacks; d > 0 {
 		m.rollbacks.Add(float64(d))
+	}
+	if d := st.Duplicates - m.seen.Duplicates; d > 0 {
+		m.dups.Add(float64(d))
+	}
+	if d := st.DuplicateBytes - m.seen.DuplicateBytes; d > 0 {
+		m.dupBytes.Add(float64(d))
 	}
 	m.seen = st
 }
