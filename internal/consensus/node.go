@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -235,6 +236,10 @@ func (n *Node) Step(m *raftpb.Message) error {
 		if m.GetTerm() >= before.GetTerm() {
 			n.sinceLeader = 0
 		}
+	case raftpb.MsgPreVote, raftpb.MsgVote:
+		if n.inLease(m, before) {
+			return nil
+		}
 	}
 	if err := n.rn.Step(m); err != nil {
 		return fmt.Errorf("consensus: step %s from %d: %w", m.GetType(), m.GetFrom(), err)
@@ -245,6 +250,24 @@ func (n *Node) Step(m *raftpb.Message) error {
 		n.resetTimer()
 	}
 	return nil
+}
+
+// campaignTransfer is the context of the votes of an election that a
+// leadership transfer started (raft's campaignTransfer).
+var campaignTransfer = []byte("CampaignTransfer")
+
+// inLease reports whether a vote or pre-vote request for a later term is
+// to be ignored: this node is the leader, or heard from one less than the
+// shortest election timeout ago (raft's leader lease, which comes with its
+// CheckQuorum and counts on the election timer this Node replaces). Without
+// it a follower that missed a few heartbeats (its own loop slow, or a
+// restart) won the pre-vote of the other follower, which was hearing from
+// the leader all along, and deposed a healthy leader: a loaded cluster with
+// large values changed leaders a dozen times a minute. A transfer's
+// election is never ignored.
+func (n *Node) inLease(m *raftpb.Message, st raft.BasicStatus) bool {
+	return m.GetTerm() > st.GetTerm() && st.Lead != 0 && n.sinceLeader < n.cfg.ElectionTicks &&
+		!bytes.Equal(m.GetContext(), campaignTransfer)
 }
 
 // Propose appends data to the log through the leader. It fails with

@@ -15,11 +15,12 @@ import (
 type cluster struct {
 	nodes   map[uint64]*Node
 	storage map[uint64]*raft.MemoryStorage
-	cut     map[uint64]bool // nodes cut off from everyone
+	cut     map[uint64]bool    // nodes cut off from everyone
+	link    map[[2]uint64]bool // links down, both ways
 }
 
 func newCluster(t *testing.T, seed uint64) *cluster {
-	c := &cluster{nodes: map[uint64]*Node{}, storage: map[uint64]*raft.MemoryStorage{}, cut: map[uint64]bool{}}
+	c := &cluster{nodes: map[uint64]*Node{}, storage: map[uint64]*raft.MemoryStorage{}, cut: map[uint64]bool{}, link: map[[2]uint64]bool{}}
 	for id := uint64(1); id <= 3; id++ {
 		st := raft.NewMemoryStorage()
 		n, err := New(Config{ID: id, Peers: []uint64{1, 2, 3}, Storage: st, Rand: rand.New(rand.NewPCG(seed, id))})
@@ -58,7 +59,7 @@ func (c *cluster) step(t *testing.T) string {
 					}
 				}
 				for _, m := range rd.Messages {
-					if c.cut[m.GetFrom()] || c.cut[m.GetTo()] {
+					if c.cut[m.GetFrom()] || c.cut[m.GetTo()] || c.link[[2]uint64{m.GetFrom(), m.GetTo()}] || c.link[[2]uint64{m.GetTo(), m.GetFrom()}] {
 						continue
 					}
 					trace += fmt.Sprintf("%d->%d %s t%d;", m.GetFrom(), m.GetTo(), m.GetType(), m.GetTerm())
@@ -150,6 +151,44 @@ func TestLeaderReplacedAndPreVote(t *testing.T) {
 	}
 	if c.leader() != nl || c.nodes[nl].Status().GetTerm() != term {
 		t.Fatalf("leader %d (term %d) disrupted: now %d", nl, term, c.leader())
+	}
+}
+
+// A follower that stops hearing from the leader while the other follower
+// still does (here its link to the leader is down; on a loaded machine, its
+// own loop too slow for the heartbeats) campaigns, and the other follower,
+// in the leader's lease, ignores it: the leader stays. Without the lease
+// the other follower granted the pre-vote and the vote, and a healthy
+// leader was deposed.
+func TestFollowerInLeaseIgnoresCampaign(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		c := newCluster(t, seed)
+		for i := 0; i < 60 && c.leader() == 0; i++ {
+			c.step(t)
+		}
+		lead := c.leader()
+		if lead == 0 {
+			t.Fatalf("seed %d: no leader", seed)
+		}
+		term := c.nodes[lead].Status().GetTerm()
+		f := lead%3 + 1
+		c.link[[2]uint64{lead, f}] = true
+		for i := 0; i < 200; i++ {
+			c.step(t)
+		}
+		if got := c.leader(); got != lead || c.nodes[lead].Status().GetTerm() != term {
+			t.Fatalf("seed %d: leader %d (term %d) deposed by a campaign of %d, cut off from it only: leader %d, term %d",
+				seed, lead, term, f, got, c.nodes[got].Status().GetTerm())
+		}
+		// Once the leader is gone for good, the lease runs out and the
+		// others elect one of them.
+		c.cut[lead] = true
+		for i := 0; i < 200 && c.leader() == 0; i++ {
+			c.step(t)
+		}
+		if got := c.leader(); got == 0 || got == lead {
+			t.Fatalf("seed %d: no new leader after %d was cut off", seed, lead)
+		}
 	}
 }
 
