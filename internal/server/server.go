@@ -224,6 +224,10 @@ type Server struct {
 	// Catch-up logging (logCatchUp).
 	catchUpLogged time.Time
 	catchingUp    bool
+	// lead and term: the leader and term logged last (logLeader);
+	// slowLogged: when a slow loop round was logged last (logSlowRound).
+	lead, term uint64
+	slowLogged time.Time
 	// published is the Status of the end of a recent loop round, for a
 	// Status the loop is too busy to answer (Status, publishStatus).
 	published atomic.Pointer[publishedStatus]
@@ -445,19 +449,25 @@ func (s *Server) loop() {
 	ticker := time.NewTicker(s.cfg.Tick)
 	defer ticker.Stop()
 	for {
+		var start time.Time
 		select {
 		case <-s.stop:
 			s.failWaiting()
 			return
 		case <-ticker.C:
+			start = time.Now()
 			s.rep.Tick()
 		case m := <-s.inbound:
+			start = time.Now()
 			s.step(m)
 		case req := <-s.submit:
+			start = time.Now()
 			s.submitOne(req)
 		case reply := <-s.status:
+			start = time.Now()
 			reply <- s.statusReply()
 		case f := <-s.do:
+			start = time.Now()
 			f(s.rep)
 		}
 	drain:
@@ -473,6 +483,7 @@ func (s *Server) loop() {
 				break drain
 			}
 		}
+		readyAt := time.Now()
 		if err := s.drv.HandleReady(); err != nil {
 			// Fail-stop: the loop ends (done closes, so every request and
 			// stream gets Unavailable at once); Stop still cleans up.
@@ -482,6 +493,8 @@ func (s *Server) loop() {
 			return
 		}
 		s.unpark()
+		s.logLeader()
+		s.logSlowRound(start, readyAt)
 		s.logCatchUp()
 		s.publishStatus()
 		s.cfg.Metrics.observeReplica(s.rep.Stats())
@@ -492,6 +505,44 @@ func (s *Server) loop() {
 			return
 		}
 	}
+}
+
+// logLeader logs a change of leader or term as this replica sees it:
+// elections are rare in a healthy cluster, and frequent ones (a loaded
+// leader whose heartbeats come late) are what an operator looks for first.
+func (s *Server) logLeader() {
+	lead, term := s.rep.Leader(), s.rep.Term()
+	if lead == s.lead && term == s.term {
+		return
+	}
+	s.lead, s.term = lead, term
+	if lead == 0 {
+		s.log.Info("no leader", "term", term)
+		return
+	}
+	s.log.Info("leader", "leader", lead, "term", term)
+}
+
+// slowRound is how long one round of the loop (a batch of inputs and its
+// Ready) may take before it is logged: a third of the shortest election
+// timeout (100 ms by default, over three heartbeat periods). A leader's
+// round that long sends no heartbeat; three in a row and its followers
+// campaign.
+func (s *Server) slowRound() time.Duration {
+	return time.Duration(s.cfg.ElectionTicks) * s.cfg.Tick / 3
+}
+
+// logSlowRound warns, at most once a second, of a loop round that took
+// longer than slowRound (as etcd warns of a leader that failed to send out
+// heartbeats on time).
+func (s *Server) logSlowRound(start, readyAt time.Time) {
+	took := time.Since(start)
+	if took < s.slowRound() || time.Since(s.slowLogged) < time.Second {
+		return
+	}
+	s.slowLogged = time.Now()
+	s.log.Warn("slow loop round: heartbeats, votes and clients of this replica waited", "took", took.Round(time.Microsecond),
+		"inputs", readyAt.Sub(start).Round(time.Microsecond), "ready", time.Since(readyAt).Round(time.Microsecond), "leader", s.rep.IsLeader())
 }
 
 // catchUpLag is how far behind the commit index a replica must be for its
