@@ -127,7 +127,7 @@ func (r *Replica) tentativeToPropose() []*Req {
 		}
 	}
 	slices.SortFunc(all, compareReq)
-	all = r.notCarried(all, r.inLogNow())
+	all = r.notCommitted(all, r.node.IsLeader())
 	var ops []*Req
 	blocked := map[uint64]bool{}
 	for _, q := range all {
@@ -245,14 +245,11 @@ func (r *Replica) proposeEntry(e entry) {
 			r.ownProposed = q.ID.Seq
 		}
 	}
-	// At the leader, what its log carries already stays out (inlog.go).
-	set := r.inLogNow()
-	if e.Ops = r.notCarried(e.Ops, set); len(e.Ops) == 0 {
+	// At the leader, what is committed already stays out (inlog.go).
+	if e.Ops = r.notCommitted(e.Ops, r.node.IsLeader()); len(e.Ops) == 0 {
 		return
 	}
 	// A dropped proposal (no leader yet, or the leader's budget is full) is
 	// retried by the tick loop; nothing else to do here.
-	if r.node.Propose(encodeEntry(e)) == nil {
-		carry(set, e.Ops)
-	}
+	_ = r.node.Propose(encodeEntry(e))
 }

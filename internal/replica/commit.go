@@ -64,7 +64,6 @@ func (r *Replica) apply(ent *raftpb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("replica: entry %d: %w", ent.GetIndex(), err)
 	}
-	r.carried.applied(e.Ops)
 	if e.Marker != nil {
 		if err := r.flushCommits(); err != nil {
 			return err

@@ -276,10 +276,8 @@ type Replica struct {
 
 	// arrived is the tick each tentative operation arrived at; proposedAt
 	// the tick this replica last put it in a log entry.
-	arrived    map[OpID]int
-	proposedAt map[OpID]int
-	// carried: as the leader, the operations its log carries (inlog.go).
-	carried       inLog
+	arrived       map[OpID]int
+	proposedAt    map[OpID]int
 	gossipSent    map[uint64]*gossipMark
 	waiting       map[OpID]*waiter
 	pendingStrong map[OpID]int // own uncommitted strong ops -> tick last proposed
