@@ -93,6 +93,20 @@ func (tr *trio) deliver() {
 	}
 }
 
+// ops returns replica origin's own operations 1..n.
+func (tr *trio) ops(origin uint64, n int) []*Req {
+	tr.t.Helper()
+	var ops []*Req
+	for s := uint64(1); s <= uint64(n); s++ {
+		q, ok := tr.r[origin].Op(OpID{origin, s})
+		if !ok {
+			tr.t.Fatalf("replica %d does not hold its operation %d", origin, s)
+		}
+		ops = append(ops, q)
+	}
+	return ops
+}
+
 // elect ticks until every replica knows a leader.
 func (tr *trio) elect() {
 	tr.t.Helper()

@@ -24,24 +24,11 @@ import (
 // notCommitted returns the operations of ops not committed yet if this
 // replica leads (ops itself if it keeps them all, or does not lead).
 func (r *Replica) notCommitted(ops []*Req, leader bool) []*Req {
-	if !leader {
-		return ops
-	}
 	gone := func(q *Req) bool { return q.ID.Seq <= r.committedVV[q.ID.Origin] }
-	i := 0
-	for i < len(ops) && !gone(ops[i]) {
-		i++
-	}
-	if i == len(ops) {
+	if !leader || !slices.ContainsFunc(ops, gone) {
 		return ops
 	}
-	out := append([]*Req(nil), ops[:i]...)
-	for _, q := range ops[i+1:] {
-		if !gone(q) {
-			out = append(out, q)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(ops), gone)
 }
 
 // stepProposal steps a proposal a follower forwarded. At the leader, the
@@ -75,7 +62,7 @@ func (r *Replica) stepProposal(m *raftpb.Message) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	if len(ents) < len(m.Entries) || !slices.Equal(ents, m.Entries) {
+	if !slices.Equal(ents, m.Entries) {
 		// A proposal carries nothing but these (raft's stepLeader).
 		m = &raftpb.Message{Type: m.Type, From: m.From, To: m.To, Term: m.Term, Entries: ents}
 	}

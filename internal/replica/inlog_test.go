@@ -34,14 +34,7 @@ func TestLeaderKeepsCommittedOutOfItsLog(t *testing.T) {
 	for id := uint64(1); id <= 3; id++ {
 		before[id] = tr.r[id].Stats().Duplicates
 	}
-	var ops []*Req
-	for s := uint64(1); s <= n; s++ {
-		q, ok := tr.r[origin].Op(OpID{origin, s})
-		if !ok {
-			t.Fatalf("replica %d lacks its operation %d", origin, s)
-		}
-		ops = append(ops, q)
-	}
+	ops := tr.ops(origin, n)
 	// The origin's late proposal, forwarded to the leader, and the
 	// leader's own.
 	tr.r[origin].proposeEntry(entry{Proposer: origin, Ops: ops})

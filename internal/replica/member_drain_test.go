@@ -241,14 +241,7 @@ func TestDrainSurvivesRestart(t *testing.T) {
 	if got := tr.r[remover].committedVV[x]; got != 0 {
 		t.Fatalf("%d operations of replica %d committed while everything it sends is lost", got, x)
 	}
-	var own []*Req
-	for s := uint64(1); s <= n; s++ {
-		q, ok := tr.r[x].Op(OpID{x, s})
-		if !ok {
-			t.Fatalf("replica %d does not hold its operation %d", x, s)
-		}
-		own = append(own, q)
-	}
+	own := tr.ops(x, n)
 	old := tr.r[x]
 	cfg := old.cfg
 	cfg.OwnOps = own

@@ -425,42 +425,32 @@ func limitSize(ents []*raftpb.Entry, maxSize uint64) []*raftpb.Entry {
 	return ents
 }
 
-// Snapshot implements raft.Storage: the latest snapshot, or an empty one.
-func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
-	if !s.opts.AsyncSnapshotReads {
-		return s.ReadSnapshot()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return nil, s.err
-	}
-	if s.snapMeta.GetIndex() == 0 {
-		return raftpb.EnsureSnapshot(nil), nil
-	}
-	if s.snapFile == "" {
-		return s.readInline()
-	}
-	return s.snapshotForSend()
-}
+// Snapshot implements raft.Storage: the latest snapshot, or an empty one
+// (with Options.AsyncSnapshotReads, raft.ErrSnapshotTemporarilyUnavailable
+// until a snapshot kept in a file has been read in the background).
+func (s *Store) Snapshot() (*raftpb.Snapshot, error) { return s.snapshot(s.opts.AsyncSnapshotReads) }
 
 // ReadSnapshot returns the latest snapshot, read now (what a replica
 // restores at start).
-func (s *Store) ReadSnapshot() (*raftpb.Snapshot, error) {
+func (s *Store) ReadSnapshot() (*raftpb.Snapshot, error) { return s.snapshot(false) }
+
+func (s *Store) snapshot(async bool) (*raftpb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return nil, s.err
 	}
-	if s.snapMeta.GetIndex() == 0 {
+	switch {
+	case s.snapMeta.GetIndex() == 0:
 		return raftpb.EnsureSnapshot(nil), nil
+	case s.snapFile == "":
+		return s.readInline()
+	case async:
+		return s.snapshotForSend()
 	}
-	if s.snapFile != "" {
-		// Read under mu: the file is removed only under mu, once a newer
-		// record has committed.
-		return s.readSnapFile(s.snapFile)
-	}
-	return s.readInline()
+	// Read under mu: the file is removed only under mu, once a newer record
+	// has committed.
+	return s.readSnapFile(s.snapFile)
 }
 
 // readInline reads a snapshot kept inline in Pebble (format 1). s.mu is
