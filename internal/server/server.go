@@ -337,6 +337,7 @@ func (s *Server) Start() error {
 	// maxPeerMessage); client requests are bounded by state.Limits.
 	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage), grpc.NumStreamWorkers(streamWorkers)},
 		s.clusterServerOptions()...)
+	opts = append(opts, windowServerOptions()...)
 	opts = append(opts, s.cfg.Metrics.serverOptions()...)
 	var creds []grpc.ServerOption
 	if s.cfg.TLS != nil {
@@ -352,7 +353,7 @@ func (s *Server) Start() error {
 			s.lisClient.Close()
 			return fmt.Errorf("server: listen for peers: %w", err)
 		}
-		s.grpcPeer = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxPeerMessage)}, creds...)...)
+		s.grpcPeer = grpc.NewServer(append(append(windowServerOptions(), grpc.MaxRecvMsgSize(maxPeerMessage)), creds...)...)
 		api.RegisterPeerServer(s.grpcPeer, s)
 	}
 	s.publishStatus()
