@@ -192,15 +192,18 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 		}
 		missing = append(missing, executed{req: q, committed: true, cpos: base + i})
 	}
-	keep := r.keepLenIndexed(fresh, missing, base)
-	if keep < 0 {
+	var rest []executed
+	if seeds, ok := r.mustFollow(fresh, missing, base, r.seeds[:0]); ok {
+		rest = r.rollbackSome(seeds, r.undone[:0])
+		r.seeds = seeds[:0]
+	} else {
 		posFresh := make(map[OpID]int, len(fresh))
 		for i, q := range fresh {
 			posFresh[q.ID] = base + i
 		}
-		keep = r.keepLen(posFresh, missing)
+		rest = r.rollbackTo(r.keepLen(posFresh, missing), r.undone[:0])
 	}
-	r.reexecScratch(append(r.rollbackTo(keep, r.undone[:0]), missing...))
+	r.reexecScratch(append(rest, missing...))
 	results := make([]state.Result, len(fresh))
 	for i, q := range fresh {
 		j, _ := r.keys.index(q.ID)
@@ -243,22 +246,23 @@ func (r *Replica) answerCommitted(fresh []*Req, results []state.Result) {
 	}
 }
 
-// keepLenIndexed is keepLen through the key index, in time linear in the
-// entries on the keys of the fresh operations: for a fresh operation y and
-// each of its keys, the lowest entry on that key below y (anywhere, if y
-// was never executed here) that y must now precede: a tentative one, or
-// one committed by this entry after y. Entries on one key are executed in
-// their logical order, so the walk up the key's list stops at the first.
-// (A fresh operation executed here precedes, on its keys, only entries it
-// preceded before; one learnt from the log may precede fresh operations
-// executed here.) It returns -1 when an operation that conflicts with
-// everything is involved (then keepLen decides). base is the committed
-// position of the first fresh operation.
-func (r *Replica) keepLenIndexed(fresh []*Req, missing []executed, base int) int {
+// mustFollow appends to seeds, for each fresh operation y and each of its
+// keys, the lowest stack position of an operation on that key that y must
+// now precede but that was executed before it (below it, or anywhere if y
+// was never executed here): a tentative one, or one committed by this
+// entry after y. rollbackSome then takes those and what lies above them on
+// their keys, y included, and executes them again in the new order; the
+// rest keeps its place. Entries on one key are executed in their logical
+// order, so the walk up the key's list stops at the first. (A fresh
+// operation executed here precedes, on its keys, only entries it preceded
+// before; one learnt from the log may precede fresh operations executed
+// here.) It reports false when an operation that conflicts with everything
+// is involved (then keepLen decides). base is the committed position of the
+// first fresh operation.
+func (r *Replica) mustFollow(fresh []*Req, missing []executed, base int, seeds []int) ([]int, bool) {
 	if r.keys.wild > 0 {
-		return -1
+		return seeds, false
 	}
-	keep := len(r.tentative)
 	consider := func(q *Req, cpos, below int) bool {
 		for _, k := range q.footprint() {
 			if k == wildKey {
@@ -266,11 +270,11 @@ func (r *Replica) keepLenIndexed(fresh []*Req, missing []executed, base int) int
 			}
 			for _, ap := range r.keys.pos[k] {
 				j := ap - r.keys.base
-				if j >= below || j >= keep {
+				if j >= below {
 					break
 				}
 				if e := r.tentative[j]; !e.committed || (e.cpos >= base && e.cpos > cpos) {
-					keep = j
+					seeds = append(seeds, j)
 					break
 				}
 			}
@@ -279,15 +283,15 @@ func (r *Replica) keepLenIndexed(fresh []*Req, missing []executed, base int) int
 	}
 	for _, y := range missing {
 		if !consider(y.req, y.cpos, len(r.tentative)) {
-			return -1
+			return seeds, false
 		}
 	}
 	for i, q := range fresh {
 		if j, ok := r.keys.index(q.ID); ok && !consider(q, base+i, j) {
-			return -1
+			return seeds, false
 		}
 	}
-	return keep
+	return seeds, true
 }
 
 // keepLen returns how much of the bottom of the stack stays executed as it

@@ -44,15 +44,11 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 	if !r.admit(req) {
 		return state.Result{}, false
 	}
-	x := executed{req: req}
-	c := r.placeOf(x)
-	r.place(c, []executed{x})
-	for i := len(r.tentative) - 1; i >= c; i-- {
-		if r.tentative[i].req == req {
-			return r.tentative[i].result, true
-		}
+	r.place([]executed{{req: req}})
+	if i, ok := r.keys.index(req.ID); ok && r.tentative[i].req == req {
+		return r.tentative[i].result, true
 	}
-	panic("replica: received operation not executed") // unreachable: it is in rest
+	panic("replica: received operation not executed") // unreachable: place executed it
 }
 
 // admit records an operation that extends its origin's prefix by one (it
@@ -73,38 +69,78 @@ func (r *Replica) admit(req *Req) bool {
 	return true
 }
 
-// placeOf returns the stack position from which x must be executed:
-// Rollbacks only where necessary (Creek §4.4): operations ordered after it
-// that touch none of its keys commute with it and stay executed; the first
-// one that conflicts, and everything executed after it, is rolled back and
-// re-executed in order with the newcomer.
-func (r *Replica) placeOf(x executed) int {
-	// The common case, an operation newer than every tentative one (every
-	// operation this replica accepts, and gossip in timestamp order), goes
-	// on top without a scan: latest bounds the tentative ones from above.
-	if r.ntent > 0 && (r.latest == nil || compareReq(r.latest, x.req) > 0) {
-		return r.firstConflictAfter(x)
-	}
-	return len(r.tentative)
+// after reports whether x has operations of the stack ordered after it:
+// the common case, an operation newer than every tentative one (every
+// operation this replica accepts, and gossip in timestamp order), goes on
+// top without a scan: latest bounds the tentative ones from above.
+func (r *Replica) after(x executed) bool {
+	return r.ntent > 0 && (r.latest == nil || compareReq(r.latest, x.req) > 0)
 }
 
 // place inserts the admitted operations xs at their places in (TS, ID)
-// order (adjustTentativeOrder, Algorithm 1 line 36): it rolls the stack
-// back to c, the lowest of their placeOf, and executes what it rolled back
-// with them, in order. Operations that arrive together (a gossip message)
-// are placed together: one rollback for all of them.
-func (r *Replica) place(c int, xs []executed) {
-	r.reexecScratch(append(r.rollbackTo(c, r.undone[:0]), xs...))
+// order (adjustTentativeOrder, Algorithm 1 line 36). Rollbacks only where
+// necessary (Creek §4.4): of the operations ordered after one of them,
+// those that touch one of its keys, and above them what touches theirs, are
+// rolled back (rollbackSome) and executed again with xs, in order; the
+// others commute with all of that and stay executed where they are.
+// Operations that arrive together (a gossip message) are placed together:
+// one rollback for all of them.
+func (r *Replica) place(xs []executed) {
+	seeds, wild, low := r.seeds[:0], false, len(r.tentative)
+	for _, x := range xs {
+		if !r.after(x) {
+			continue
+		}
+		if r.keys.wild > 0 || slices.Contains(x.req.footprint(), wildKey) {
+			wild, low = true, min(low, r.firstConflictAfter(x))
+			continue
+		}
+		seeds = r.conflictsAfter(x, seeds)
+	}
+	var rest []executed
+	if wild {
+		// An operation that conflicts with everything: everything from the
+		// lowest conflict up goes.
+		for _, p := range seeds {
+			low = min(low, p)
+		}
+		rest = r.rollbackTo(low, r.undone[:0])
+	} else {
+		rest = r.rollbackSome(seeds, r.undone[:0])
+	}
+	r.seeds = seeds[:0]
+	r.reexecScratch(append(rest, xs...))
 	if n := r.TentativeLen(); n > r.stats.TentativeMaxDepth {
 		r.stats.TentativeMaxDepth = n
 	}
 }
 
+// conflictsAfter appends to seeds, for each key of x, the lowest stack
+// position of an operation on that key ordered after x, if any.
+// Operations that touch one key are executed in their logical order (the
+// stack's invariant), so those after x are the top of that key's
+// positions: the walk stops at the first one before x. No operation
+// involved may be a wildcard (wildKey).
+func (r *Replica) conflictsAfter(x executed, seeds []int) []int {
+	for _, k := range x.req.footprint() {
+		ps := r.keys.pos[k]
+		low := -1
+		for j := len(ps) - 1; j >= 0; j-- {
+			i := ps[j] - r.keys.base
+			if before(r.tentative[i], x) <= 0 {
+				break
+			}
+			low = i
+		}
+		if low >= 0 {
+			seeds = append(seeds, low)
+		}
+	}
+	return seeds
+}
+
 // firstConflictAfter returns the lowest stack position of an operation
 // that conflicts with x and is ordered after it (len(tentative) if none).
-// Operations that touch one key are executed in their logical order (the
-// stack's invariant), so for each key of x those after it are the top of
-// that key's positions: the walk stops at the first one before x.
 func (r *Replica) firstConflictAfter(x executed) int {
 	fp := x.req.footprint()
 	c := len(r.tentative)
@@ -116,15 +152,8 @@ func (r *Replica) firstConflictAfter(x executed) int {
 		}
 		return c
 	}
-	for _, k := range fp {
-		ps := r.keys.pos[k]
-		for j := len(ps) - 1; j >= 0; j-- {
-			i := ps[j] - r.keys.base
-			if before(r.tentative[i], x) <= 0 {
-				break
-			}
-			c = min(c, i)
-		}
+	for _, p := range r.conflictsAfter(x, nil) {
+		c = min(c, p)
 	}
 	return c
 }
@@ -222,6 +251,82 @@ func (r *Replica) rollbackTo(pos int, dst []executed) []executed {
 	clear(r.tentative[pos:]) // no references kept past the top
 	r.tentative = r.tentative[:pos]
 	return rest
+}
+
+// rollbackSome undoes the operations at the stack positions seeds and,
+// above each of them, every operation that touches one of its keys or
+// queues, transitively (what must be executed again after them to keep
+// every conflicting pair in its order), latest first, and returns them,
+// bottom first, appended to dst (which must not share the stack's array).
+// The other operations above the lowest seed commute with everything it
+// undoes: they stay executed, in their order, moved down over the gaps.
+// Undoing an operation under ones that commute with it is exact
+// (state.Revert checks it). No operation of the stack may be a wildcard
+// (wildKey): the key index finds what conflicts.
+func (r *Replica) rollbackSome(seeds []int, dst []executed) []executed {
+	if len(seeds) == 0 {
+		return dst
+	}
+	lo := slices.Min(seeds)
+	n := len(r.tentative)
+	marks := r.marks[:0]
+	if cap(marks) < n-lo {
+		marks = make([]bool, 0, n-lo)
+	}
+	marks = marks[:n-lo]
+	for _, p := range seeds {
+		marks[p-lo] = true
+	}
+	// Mark, bottom up, what lies above a marked operation on one of its
+	// keys. A key's positions above a marked one are all marked once that
+	// one is reached, so the walk up a key's list stops at the first mark.
+	for i := lo; i < n; i++ {
+		if !marks[i-lo] {
+			continue
+		}
+		for _, k := range r.tentative[i].req.footprint() {
+			// Above i: a footprint may name a key twice (a transaction's
+			// guard and write), and the list holds i as often.
+			ps := r.keys.pos[k]
+			at, _ := slices.BinarySearch(ps, r.keys.base+i+1)
+			for _, ap := range ps[at:] {
+				j := ap - r.keys.base
+				if marks[j-lo] {
+					break
+				}
+				marks[j-lo] = true
+			}
+		}
+	}
+	// Undo the marked ones, latest first; the index forgets everything
+	// from lo up (positions shift) and takes what stays back at its new
+	// place.
+	for i := n - 1; i >= lo; i-- {
+		e := &r.tentative[i]
+		r.keys.pop(e.req)
+		if marks[i-lo] {
+			r.st.Revert(e.undo)
+			r.stats.Rollbacks++
+			if !e.committed {
+				r.ntent--
+			}
+		}
+	}
+	w := lo
+	for i := lo; i < n; i++ {
+		if marks[i-lo] {
+			dst = append(dst, r.tentative[i])
+			continue
+		}
+		r.tentative[w] = r.tentative[i]
+		r.keys.push(r.tentative[w].req, w)
+		w++
+	}
+	clear(r.tentative[w:n]) // no references kept past the top
+	r.tentative = r.tentative[:w]
+	clear(marks)
+	r.marks = marks[:0]
+	return dst
 }
 
 // pushExecuted puts e on top of the stack. The stack loses its bottom as

@@ -28,7 +28,6 @@ func (r *Replica) Step(m Message) error {
 		// once, and placing them one by one rolled that stack back and
 		// executed it again per operation.
 		var xs []executed
-		c := len(r.tentative)
 		var err error
 		for _, q := range m.Ops {
 			if q == nil || q.ID.Origin == 0 || !r.knownOrigin(q.ID.Origin) {
@@ -42,13 +41,11 @@ func (r *Replica) Step(m Message) error {
 			// accepting out of order would break the per-origin FIFO that
 			// version vectors rely on.
 			if r.admit(q) {
-				x := executed{req: q}
-				c = min(c, r.placeOf(x))
-				xs = append(xs, x)
+				xs = append(xs, executed{req: q})
 			}
 		}
 		if len(xs) > 0 {
-			r.place(c, xs)
+			r.place(xs)
 		}
 		return err
 	case MsgSync:

@@ -232,8 +232,12 @@ type Replica struct {
 	// undone is scratch for what a rollback takes off the stack until it is
 	// executed again (receive, adjustExecution).
 	undone []executed
-	ntent  int // entries of tentative not committed
-	keys   keyIndex
+	// seeds and marks are scratch for rollbackSome: the positions it
+	// starts from, and what it rolls back above the lowest of them.
+	seeds []int
+	marks []bool
+	ntent int // entries of tentative not committed
+	keys  keyIndex
 	// latest is at or after, in (TS, ID) order, every operation of
 	// tentative that is not committed (nil: none).
 	latest    *Req

@@ -293,7 +293,7 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	if s.keys == nil {
 		s.lim = DefaultLimits()
 	}
-	s.keys, s.queues, s.hash, s.ver = keys, queues, h, 0
+	s.keys, s.queues, s.hash = keys, queues, h
 	return nil
 }
 

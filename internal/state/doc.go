@@ -34,8 +34,9 @@
 // of the keys the op wrote (including whether they existed), or the queue
 // item it moved. The replication core keeps the Undo of each tentatively
 // executed op on a stack parallel to its executed list; to move op x earlier
-// it pops and Reverts the ops after x's new position (LIFO), applies x, and
-// re-applies the reverted ops. Apply and Revert cost O(size of the op) (plus
+// it Reverts the ops after x's new position that conflict with x (and what
+// conflicts with those, above them), latest first, applies x, and re-applies
+// the reverted ops; the ops that commute with all of them stay applied. Apply and Revert cost O(size of the op) (plus
 // O(log n) B-tree steps per key, amortized O(1) per queue step), never O(size
 // of the state), so the cost of a reordering is proportional to the ops
 // re-executed. Undo records of committed ops are simply dropped: a state is
@@ -50,8 +51,10 @@
 // that overwrote it, and a Revert is the "mark the versions created by op as
 // invalid" step. Which ops need re-execution is decided by the core from the
 // ops' key sets; this package supplies the mechanism to roll back precisely
-// and cheaply. Revert checks the LIFO order and panics on a violation, since
-// an out-of-order revert would silently corrupt the state.
+// and cheaply. Revert checks that no later write to the same key or queue is
+// still applied (the key holds what the reverted write left; the queue ends
+// or begins where it did) and panics otherwise, since such a revert would
+// silently corrupt the state.
 //
 // # Snapshots and encodings
 //

@@ -38,10 +38,6 @@ type State struct {
 	// every queue's next sequence number, kept up to date by each Apply and
 	// Revert so Hash is O(1).
 	hash uint64
-	// ver counts the mutating Applies not yet reverted. Each Undo records the
-	// ver its Apply produced, and Revert checks it, which catches a Revert out
-	// of LIFO order before it corrupts the state.
-	ver uint64
 }
 
 // New returns an empty state with the given limits; zero fields mean the
@@ -80,12 +76,12 @@ func (s *State) Hash() uint64 { return s.hash }
 // Undo (returned for reads, errors and ops that changed nothing) reverts
 // nothing.
 type Undo struct {
-	ver  uint64
 	kind undoKind
 	k    keyUndo   // undoKey: the key written
 	txn  []keyUndo // undoTxn: the writes, in the order applied
 	name string    // undoEnqueue, undoDequeue: the queue
 	item []byte    // undoDequeue: the item taken
+	seq  uint64    // undoEnqueue, undoDequeue: the item's sequence number
 }
 
 type undoKind uint8
@@ -98,11 +94,15 @@ const (
 	undoDequeue
 )
 
-// keyUndo is the state of one key before a write.
+// keyUndo is the state of one key before a write, and what the write left
+// (the hash of the entry it wrote, if put; else the key was deleted), which
+// Revert checks the key still holds.
 type keyUndo struct {
 	key string
 	old entry // valid if had
 	had bool
+	put bool
+	h   uint64
 }
 
 // Changed reports whether the Apply that returned u changed the state.
@@ -161,20 +161,17 @@ func (s *State) Apply(op Op) (Result, Undo) {
 	panic("state: Validate accepted unknown kind " + op.Kind.String())
 }
 
-// Revert revokes the Apply that returned u. Reverts must come in LIFO order:
-// u must be the undo of the most recent Apply that changed the state and is
-// not yet reverted. Reverting the zero Undo does nothing. Violating the order
-// is a bug in the caller and panics (the state would otherwise silently
-// diverge from every other replica's).
+// Revert revokes the Apply that returned u. Every Apply made after it that
+// touched one of its keys or its queue must have been reverted first: on
+// one key or queue, reverts come in LIFO order; Applies that touch none of
+// them (operations that commute with it) may stay. Reverting the zero Undo
+// does nothing. Reverting under a later write, which would silently make
+// this state diverge from every other replica's, is a bug in the caller and
+// panics: the key must still hold what u's Apply wrote, the queue still end
+// (enqueue) or begin (dequeue) where u's Apply left it.
 func (s *State) Revert(u Undo) {
-	if u.kind == undoNone {
-		return
-	}
-	if u.ver != s.ver {
-		panic(fmt.Sprintf("state: Revert out of LIFO order: undo of version %d, state at version %d", u.ver, s.ver))
-	}
-	s.ver--
 	switch u.kind {
+	case undoNone:
 	case undoKey:
 		s.restore(u.k)
 	case undoTxn:
@@ -183,6 +180,9 @@ func (s *State) Revert(u Undo) {
 		}
 	case undoEnqueue:
 		q := s.queues[u.name]
+		if q == nil || q.n == 0 || q.next != u.seq+1 {
+			panic(fmt.Sprintf("state: Revert of enqueue %d on %q under a later change of the queue", u.seq, u.name))
+		}
 		v := q.popBack()
 		// popBack decremented next: the removed item's sequence number is
 		// now q.next, and the queue's previous next was q.next+1.
@@ -194,18 +194,15 @@ func (s *State) Revert(u Undo) {
 		}
 	case undoDequeue:
 		q := s.queues[u.name]
+		if q == nil || q.headSeq() != u.seq+1 {
+			panic(fmt.Sprintf("state: Revert of dequeue %d on %q under a later change of the queue", u.seq, u.name))
+		}
 		q.pushFront(u.item)
 		s.hash += itemHash(u.name, q.headSeq(), u.item)
 	}
 }
 
-func (s *State) mutated(u Undo) Undo {
-	s.ver++
-	u.ver = s.ver
-	return u
-}
-
-func (s *State) keyUndo(k keyUndo) Undo { return s.mutated(Undo{kind: undoKey, k: k}) }
+func (s *State) keyUndo(k keyUndo) Undo { return Undo{kind: undoKey, k: k} }
 
 func (s *State) get(k string) (entry, bool) { return s.keys.Get(entry{key: k}) }
 
@@ -216,7 +213,7 @@ func (s *State) set(k string, v []byte) keyUndo {
 		s.hash -= old.h
 	}
 	s.hash += e.h
-	return keyUndo{key: k, old: old, had: had}
+	return keyUndo{key: k, old: old, had: had, put: true, h: e.h}
 }
 
 func (s *State) del(k string) keyUndo {
@@ -227,16 +224,22 @@ func (s *State) del(k string) keyUndo {
 	return keyUndo{key: k, old: old, had: had}
 }
 
+// restore undoes one write to a key, which must be the last write to it
+// not yet undone (see Revert).
 func (s *State) restore(u keyUndo) {
+	var cur entry
+	var ok bool
 	if u.had {
-		if cur, ok := s.keys.ReplaceOrInsert(u.old); ok {
-			s.hash -= cur.h
-		}
+		cur, ok = s.keys.ReplaceOrInsert(u.old)
 		s.hash += u.old.h
-		return
+	} else {
+		cur, ok = s.keys.Delete(entry{key: u.key})
 	}
-	if cur, ok := s.keys.Delete(entry{key: u.key}); ok {
+	if ok {
 		s.hash -= cur.h
+	}
+	if ok != u.put || (ok && cur.h != u.h) {
+		panic(fmt.Sprintf("state: Revert of a write to %q under a later write to it", u.key))
 	}
 }
 
@@ -304,7 +307,7 @@ func (s *State) enqueue(name string, v []byte) (Result, Undo) {
 	seq := q.next
 	q.pushBack(v)
 	s.hash += itemHash(name, seq, v) + queueHash(name, q.next)
-	return Result{Int: int64(seq), Len: int64(q.n)}, s.mutated(Undo{kind: undoEnqueue, name: name})
+	return Result{Int: int64(seq), Len: int64(q.n)}, Undo{kind: undoEnqueue, name: name, seq: seq}
 }
 
 // dequeue touches only the head of the queue: O(1) whatever its length.
@@ -317,7 +320,7 @@ func (s *State) dequeue(name string) (Result, Undo) {
 	v := q.popFront()
 	s.hash -= itemHash(name, seq, v)
 	r := Result{OK: true, Value: v, Int: int64(seq), Len: int64(q.n)}
-	return r, s.mutated(Undo{kind: undoDequeue, name: name, item: v})
+	return r, Undo{kind: undoDequeue, name: name, item: v, seq: seq}
 }
 
 func (s *State) txn(t *Txn) (Result, Undo) {
@@ -352,7 +355,7 @@ func (s *State) txn(t *Txn) (Result, Undo) {
 			us[i] = s.set(w.Key, bytes.Clone(w.Value))
 		}
 	}
-	return r, s.mutated(Undo{kind: undoTxn, txn: us})
+	return r, Undo{kind: undoTxn, txn: us}
 }
 
 // Clone returns a deep, independent copy: applying to or reverting either
@@ -365,7 +368,6 @@ func (s *State) Clone() *State {
 		keys:   s.keys.Clone(),
 		queues: make(map[string]*queue, len(s.queues)),
 		hash:   s.hash,
-		ver:    s.ver,
 	}
 	for name, q := range s.queues {
 		c.queues[name] = q.clone()

@@ -270,16 +270,88 @@ func TestErrorsChangeNothing(t *testing.T) {
 	}
 }
 
-func TestRevertOutOfOrderPanics(t *testing.T) {
-	s := New(Limits{})
-	_, u1 := s.Apply(Op{Kind: OpPut, Key: "a", Value: b("1")})
-	_, _ = s.Apply(Op{Kind: OpPut, Key: "b", Value: b("2")})
-	defer func() {
-		if recover() == nil {
-			t.Fatal("Revert out of LIFO order did not panic")
+// TestRevertUnderLaterWritePanics: a revert under a later write to the
+// same key or queue, which would leave this state unlike every other
+// replica's, panics; whatever the kind of the two writes.
+func TestRevertUnderLaterWritePanics(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		first, later Op
+	}{
+		{"put under put", Op{Kind: OpPut, Key: "a", Value: b("1")}, Op{Kind: OpPut, Key: "a", Value: b("2")}},
+		{"put under delete", Op{Kind: OpPut, Key: "a", Value: b("1")}, Op{Kind: OpDelete, Key: "a"}},
+		{"delete under put", Op{Kind: OpDelete, Key: "z"}, Op{Kind: OpPut, Key: "z", Value: b("2")}},
+		{"txn under put", Op{Kind: OpTxn, Txn: &Txn{Then: []Write{{Key: "a", Value: b("1")}, {Key: "b", Value: b("1")}}}},
+			Op{Kind: OpPut, Key: "b", Value: b("2")}},
+		{"enqueue under enqueue", Op{Kind: OpEnqueue, Key: "q", Value: b("1")}, Op{Kind: OpEnqueue, Key: "q", Value: b("2")}},
+		{"dequeue under dequeue", Op{Kind: OpDequeue, Key: "p"}, Op{Kind: OpDequeue, Key: "p"}},
+		{"enqueue under dequeue", Op{Kind: OpEnqueue, Key: "q", Value: b("1")}, Op{Kind: OpDequeue, Key: "q"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := New(Limits{})
+			s.Apply(Op{Kind: OpPut, Key: "z", Value: b("0")})
+			s.Apply(Op{Kind: OpEnqueue, Key: "p", Value: b("x")})
+			s.Apply(Op{Kind: OpEnqueue, Key: "p", Value: b("y")})
+			_, u := s.Apply(c.first)
+			if !u.Changed() {
+				t.Fatal("first op changed nothing")
+			}
+			if _, later := s.Apply(c.later); !later.Changed() {
+				t.Fatal("later op changed nothing")
+			}
+			defer func() {
+				if recover() == nil {
+					t.Fatal("Revert under a later write did not panic")
+				}
+			}()
+			s.Revert(u)
+		})
+	}
+}
+
+// TestRevertCommutingOutOfOrder: operations on other keys and queues may
+// stay applied while an earlier one is reverted (the replica's rollbacks
+// only where necessary, Creek §4.4): the state is then the one the others
+// alone give.
+func TestRevertCommutingOutOfOrder(t *testing.T) {
+	ops := []Op{
+		{Kind: OpPut, Key: "a", Value: b("1")},
+		{Kind: OpPut, Key: "b", Value: b("2")},
+		{Kind: OpEnqueue, Key: "q", Value: b("x")},
+		{Kind: OpTxn, Txn: &Txn{Then: []Write{{Key: "c", Value: b("3")}, {Key: "d", Delete: true}}}},
+		{Kind: OpDelete, Key: "e"},
+	}
+	base := New(Limits{})
+	base.Apply(Op{Kind: OpPut, Key: "d", Value: b("4")})
+	base.Apply(Op{Kind: OpPut, Key: "e", Value: b("5")})
+	// Revert each op first, with all the later ones still applied; the
+	// result must equal applying all the others.
+	for skip := range ops {
+		s := base.Clone()
+		var undos []Undo
+		for _, op := range ops {
+			_, u := s.Apply(op)
+			undos = append(undos, u)
 		}
-	}()
-	s.Revert(u1)
+		s.Revert(undos[skip])
+		want := base.Clone()
+		for i, op := range ops {
+			if i != skip {
+				want.Apply(op)
+			}
+		}
+		if !s.Equal(want) {
+			t.Fatalf("reverting op %d under the others: state differs from applying the others", skip)
+		}
+		for i := len(undos) - 1; i >= 0; i-- {
+			if i != skip {
+				s.Revert(undos[i])
+			}
+		}
+		if !s.Equal(base) {
+			t.Fatalf("reverting op %d, then the rest: not back at the base", skip)
+		}
+	}
 }
 
 // TestRevertOnClone: Undo records taken before a Clone revert the clone too,
