@@ -27,7 +27,7 @@ func (r *Replica) Step(m Message) error {
 		// holds the newer operations pushed to it since, many older ones at
 		// once, and placing them one by one rolled that stack back and
 		// executed it again per operation.
-		var xs []executed
+		xs := r.arrivals[:0]
 		var err error
 		for _, q := range m.Ops {
 			if q == nil || q.ID.Origin == 0 || !r.knownOrigin(q.ID.Origin) {
@@ -45,8 +45,10 @@ func (r *Replica) Step(m Message) error {
 			}
 		}
 		if len(xs) > 0 {
-			r.place(xs)
+			r.place(xs) // copies xs to the stack
 		}
+		clear(xs)
+		r.arrivals = xs[:0]
 		return err
 	case MsgSync:
 		r.answerSync(m)

@@ -236,8 +236,10 @@ type Replica struct {
 	// starts from, and what it rolls back above the lowest of them.
 	seeds []int
 	marks []bool
-	ntent int // entries of tentative not committed
-	keys  keyIndex
+	// arrivals is scratch for the operations of one gossip message (Step).
+	arrivals []executed
+	ntent    int // entries of tentative not committed
+	keys     keyIndex
 	// latest is at or after, in (TS, ID) order, every operation of
 	// tentative that is not committed (nil: none).
 	latest    *Req
