@@ -78,7 +78,10 @@ func WithTransportCredentials(creds credentials.TransportCredentials) Option {
 func WithInsecure() Option { return func(c *config) { c.insecure = true } }
 
 // WithDialOptions adds gRPC dial options, applied after the Client's own
-// (transport credentials and a stats handler).
+// (transport credentials, a stats handler, the largest reply, and fixed
+// flow-control windows of 16 MiB a stream and 32 MiB a connection, which
+// turn off gRPC's bandwidth-delay ping per round trip); an option given
+// here overrides the Client's.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
 }
