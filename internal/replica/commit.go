@@ -263,21 +263,44 @@ func (r *Replica) mustFollow(fresh []*Req, missing []executed, base int, seeds [
 	if r.keys.wild > 0 {
 		return seeds, false
 	}
+	// Per key, what the walks of earlier fresh operations learnt: the
+	// entries at the bottom of its list that were committed before this
+	// Ready never qualify (skipped), and nothing at or above a position
+	// already seeded needs a seed of its own (rollbackSome takes it with
+	// the one below). So a hot key's committed entries are walked once per
+	// Ready, not once per fresh operation on it.
+	walks := r.walks
+	if walks == nil {
+		walks = map[fkey]keyWalk{}
+		r.walks = walks
+	}
+	defer clear(walks)
 	consider := func(q *Req, cpos, below int) bool {
 		for _, k := range q.footprint() {
 			if k == wildKey {
 				return false
 			}
-			for _, ap := range r.keys.pos[k] {
-				j := ap - r.keys.base
-				if j >= below {
+			ps := r.keys.pos[k]
+			w, ok := walks[k]
+			if !ok {
+				w = keyWalk{seeded: len(r.tentative)}
+			}
+			for i := w.skipped; i < len(ps); i++ {
+				j := ps[i] - r.keys.base
+				if j >= below || j >= w.seeded {
 					break
 				}
-				if e := r.tentative[j]; !e.committed || (e.cpos >= base && e.cpos > cpos) {
+				e := r.tentative[j]
+				if !e.committed || (e.cpos >= base && e.cpos > cpos) {
 					seeds = append(seeds, j)
+					w.seeded = j
 					break
+				}
+				if e.cpos < base && i == w.skipped {
+					w.skipped++
 				}
 			}
+			walks[k] = w
 		}
 		return true
 	}
@@ -293,6 +316,11 @@ func (r *Replica) mustFollow(fresh []*Req, missing []executed, base int, seeds [
 	}
 	return seeds, true
 }
+
+// keyWalk is what mustFollow learnt of one key's list: the index up to
+// which its entries were committed before the Ready, and the lowest stack
+// position seeded on it.
+type keyWalk struct{ skipped, seeded int }
 
 // keepLen returns how much of the bottom of the stack stays executed as it
 // is once the operations in posFresh are committed: the stack below the

@@ -238,8 +238,10 @@ type Replica struct {
 	marks []bool
 	// arrivals is scratch for the operations of one gossip message (Step).
 	arrivals []executed
-	ntent    int // entries of tentative not committed
-	keys     keyIndex
+	// walks is mustFollow's scratch, empty between calls.
+	walks map[fkey]keyWalk
+	ntent int // entries of tentative not committed
+	keys  keyIndex
 	// latest is at or after, in (TS, ID) order, every operation of
 	// tentative that is not committed (nil: none).
 	latest    *Req
