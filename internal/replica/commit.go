@@ -274,7 +274,15 @@ func (r *Replica) mustFollow(fresh []*Req, missing []executed, base int, seeds [
 		walks = map[fkey]keyWalk{}
 		r.walks = walks
 	}
-	defer clear(walks)
+	defer func() {
+		// clear costs what the map ever held: one that a large catch-up
+		// grew goes.
+		if len(walks) > 1024 {
+			r.walks = nil
+		} else {
+			clear(walks)
+		}
+	}()
 	consider := func(q *Req, cpos, below int) bool {
 		for _, k := range q.footprint() {
 			if k == wildKey {
