@@ -2,10 +2,7 @@ package replica
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
-
-	"go.etcd.io/raft/v3"
 
 	"github.com/correctables/correctables/internal/state"
 )
@@ -21,11 +18,7 @@ func BenchmarkPlaceUnderManyNewer(b *testing.B) {
 	const newer, msgs, perMsg = 3000, 100, 2
 	for b.Loop() {
 		b.StopTimer()
-		r, err := New(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: raft.NewMemoryStorage(),
-			Clock: func() int64 { return 1e12 }, Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := loneReplica(b)
 		var ops []*Req
 		for s := uint64(1); s <= newer; s++ {
 			ops = append(ops, &Req{ID: OpID{2, s}, TS: 3e12 + s, Op: state.Op{Kind: state.OpAppend, Key: fmt.Sprint("k", s%5), Value: []byte("t")}})

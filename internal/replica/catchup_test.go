@@ -23,11 +23,7 @@ import (
 // per Ready so, answering no client); once, about 450.
 func TestCatchUpAdjustsExecutionOncePerReady(t *testing.T) {
 	const tentative, entries = 200, 50
-	r, err := New(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: raft.NewMemoryStorage(),
-		Clock: func() int64 { return 1e12 }, Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := loneReplica(t)
 	// Gossip from replica 2: appends to k, newer than what the log brings.
 	for s := uint64(1); s <= tentative; s++ {
 		q := &Req{ID: OpID{2, s}, TS: 3e12 + s, Op: state.Op{Kind: state.OpAppend, Key: "k", Value: []byte("t")}}
@@ -67,6 +63,19 @@ func TestCatchUpAdjustsExecutionOncePerReady(t *testing.T) {
 	}
 }
 
+// loneReplica is replica 1 of three on memory storage, its peers absent,
+// its clock fixed and snapshots off: for tests that feed it messages and
+// entries by hand.
+func loneReplica(tb testing.TB) *Replica {
+	tb.Helper()
+	r, err := New(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: raft.NewMemoryStorage(),
+		Clock: func() int64 { return 1e12 }, Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: -1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
 func repeat(s string, n int) string {
 	out := ""
 	for range n {
@@ -83,11 +92,7 @@ func repeat(s string, n int) string {
 // restarted replica of the e2e soak spent seconds per message so).
 func TestGossipPlacesAMessageOnce(t *testing.T) {
 	const tentative, older = 200, 50
-	r, err := New(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: raft.NewMemoryStorage(),
-		Clock: func() int64 { return 1e12 }, Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := loneReplica(t)
 	var newer, old []*Req
 	for s := uint64(1); s <= tentative; s++ {
 		newer = append(newer, &Req{ID: OpID{2, s}, TS: 3e12 + s, Op: state.Op{Kind: state.OpAppend, Key: "k", Value: []byte("t")}})

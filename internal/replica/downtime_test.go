@@ -2,11 +2,8 @@ package replica
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
-
-	"go.etcd.io/raft/v3"
 
 	"github.com/correctables/correctables/internal/state"
 )
@@ -126,11 +123,7 @@ func answersTo(r *Replica, peer uint64, vv VV) []OpID {
 // answer that brought the second: 3,000 operations executed again per
 // answer, for seconds.
 func TestAntiEntropyAnswers(t *testing.T) {
-	r, err := New(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: raft.NewMemoryStorage(),
-		Clock: func() int64 { return 1e12 }, Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := loneReplica(t)
 	// Origins 2 and 3, interleaved in time: 2.s at 10s, 3.s at 10s+5.
 	for s := uint64(1); s <= 6; s++ {
 		for _, o := range []uint64{2, 3} {

@@ -2,10 +2,8 @@ package replica
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -23,11 +21,7 @@ import (
 // hundred operations each time.
 func TestRollbacksOnlyWhereNecessary(t *testing.T) {
 	const keys = 100
-	r, err := New(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: raft.NewMemoryStorage(),
-		Clock: func() int64 { return 1e12 }, Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := loneReplica(t)
 	seq := uint64(0)
 	put := func(key, v string) *Req {
 		seq++
@@ -94,11 +88,7 @@ func BenchmarkCommitOnAHotKey(b *testing.B) {
 	const n, perEntry = 2000, 100
 	for b.Loop() {
 		b.StopTimer()
-		r, err := New(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: raft.NewMemoryStorage(),
-			Clock: func() int64 { return 1e12 }, Rand: rand.New(rand.NewPCG(1, 1)), SnapshotEntries: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := loneReplica(b)
 		pending := &Req{ID: OpID{3, 1}, TS: 1e12, Op: state.Op{Kind: state.OpPut, Key: "other", Value: []byte("p")}}
 		if _, ok := r.receive(pending); !ok {
 			b.Fatal("not received")
