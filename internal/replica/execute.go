@@ -140,22 +140,16 @@ func (r *Replica) conflictsAfter(x executed, seeds []int) []int {
 }
 
 // firstConflictAfter returns the lowest stack position of an operation
-// that conflicts with x and is ordered after it (len(tentative) if none).
+// that conflicts with x and is ordered after it (len(tentative) if none),
+// by a scan of the stack: for when x or an operation of the stack is a
+// wildcard (wildKey), which the key index does not follow.
 func (r *Replica) firstConflictAfter(x executed) int {
-	fp := x.req.footprint()
-	c := len(r.tentative)
-	if r.keys.wild > 0 || slices.Contains(fp, wildKey) {
-		for i, e := range r.tentative {
-			if before(e, x) > 0 && conflicts(e.req, x.req) {
-				return i
-			}
+	for i, e := range r.tentative {
+		if before(e, x) > 0 && conflicts(e.req, x.req) {
+			return i
 		}
-		return c
 	}
-	for _, p := range r.conflictsAfter(x, nil) {
-		c = min(c, p)
-	}
-	return c
+	return len(r.tentative)
 }
 
 // keyIndex maps every key touched by an operation of the stack to the
