@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // raftElectionTick disables raft's own randomised election timer (which draws
@@ -106,7 +107,18 @@ type Node struct {
 	// pending: abandoned after ElectionTicks (see Tick).
 	transferee    uint64
 	transferTicks int
+
+	// probes holds, per follower, the last append with entries this
+	// leader sent it (see stripProbes); stripped counts the appends whose
+	// entries were left out, and strippedBytes their entries' bytes.
+	probes        map[uint64]appendKey
+	stripped      uint64
+	strippedBytes uint64
 }
+
+// appendKey names what an append's entries follow: the leader's term and
+// the index and term of the entry before them.
+type appendKey struct{ term, index, logTerm uint64 }
 
 // New starts a Node. A fresh cluster (empty storage) bootstraps with
 // cfg.Peers; a restarted one recovers its configuration from storage.
@@ -291,7 +303,73 @@ func (n *Node) HasReady() bool { return n.rn.HasReady() }
 
 // Ready returns what raft has for the caller: entries and hard state to
 // persist first, then messages to send and committed entries to apply.
-func (n *Node) Ready() raft.Ready { return n.rn.Ready() }
+func (n *Node) Ready() raft.Ready {
+	rd := n.rn.Ready()
+	n.stripProbes(rd.Messages)
+	return rd
+}
+
+// stripProbes leaves the entries out of an append to a probing follower
+// that repeats the last one sent to it: the same entries after the same
+// point, while the first copy may still be on its way or waiting in the
+// follower's inbox.
+//
+// raft's leader sends a follower it is probing (one it does not know to
+// match its log: after a restart, a rejection, a report that it was
+// unreachable) one append of up to MaxSizePerMsg and waits for the reply;
+// but every heartbeat reply lifts that wait and sends the same append
+// again. etcd beats every 100 ms; a server of this store every 30 ms, so a
+// follower whose loop was a second behind its inbox (a restarted replica
+// catching up) was sent thirty copies of a megabyte, which it had to
+// decode, falling further behind, and which its leader read from its log
+// and encoded, on its loop: restarted replicas of the kill soak took
+// updates only after 20 s, and leaders were deposed for slow rounds.
+//
+// A probe carries its entries only to save a round trip; the point it
+// names (index and term) is what probing needs: the follower answers an
+// empty one as it would the full one (it matches there, or it rejects with
+// a hint), and on a match the leader replicates to it from there. So
+// stripping a repeat never stalls a follower, whether or not the first
+// copy arrives. Only appends to a follower that raft still probes when
+// the Ready is taken are stripped: in raft's replicate state the leader
+// counts what it sent as on its way and does not send it again unless the
+// follower rejects a later append (raft sends, after a probe is answered,
+// the same entries after the same point: that copy must go). An append
+// sent in replicate state before a fall back to probing in the same Ready
+// may be stripped: raft has forgotten it, and probes afresh.
+func (n *Node) stripProbes(msgs []*raftpb.Message) {
+	var states map[uint64]tracker.StateType
+	for _, m := range msgs {
+		if m.GetType() != raftpb.MsgApp || len(m.GetEntries()) == 0 {
+			continue
+		}
+		to := m.GetTo()
+		k := appendKey{m.GetTerm(), m.GetIndex(), m.GetLogTerm()}
+		if n.probes == nil {
+			n.probes = map[uint64]appendKey{}
+		}
+		if n.probes[to] != k {
+			n.probes[to] = k
+			continue
+		}
+		if states == nil {
+			states = map[uint64]tracker.StateType{}
+			n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { states[id] = pr.State })
+		}
+		if states[to] != tracker.StateProbe {
+			continue
+		}
+		n.stripped++
+		for _, e := range m.GetEntries() {
+			n.strippedBytes += uint64(len(e.GetData()))
+		}
+		m.Entries = nil
+	}
+}
+
+// Stripped returns how many repeated appends to a probing follower went
+// without their entries, and the bytes of data those entries held.
+func (n *Node) Stripped() (appends, bytes uint64) { return n.stripped, n.strippedBytes }
 
 // Advance tells raft that the last Ready was handled.
 func (n *Node) Advance(rd raft.Ready) { n.rn.Advance(rd) }

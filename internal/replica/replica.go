@@ -178,6 +178,11 @@ type Stats struct {
 	// earlier entry had committed (proposed again by a retry or by another
 	// replica), and DuplicateBytes their size (reqSize).
 	Duplicates, DuplicateBytes int
+	// StrippedAppends counts this leader's appends to a probing follower
+	// that repeated the previous one and went without their entries
+	// (consensus.Node.stripProbes), and StrippedBytes the entry data left
+	// out.
+	StrippedAppends, StrippedBytes int
 }
 
 // waiter is a client waiting for the stable view of an operation.
@@ -461,7 +466,12 @@ const replayLogEvery = 10_000
 func (r *Replica) ID() uint64 { return r.cfg.ID }
 
 // Stats returns the work counters.
-func (r *Replica) Stats() Stats { return r.stats }
+func (r *Replica) Stats() Stats {
+	st := r.stats
+	n, b := r.node.Stripped()
+	st.StrippedAppends, st.StrippedBytes = int(n), int(b)
+	return st
+}
 
 // IsLeader reports whether this replica leads the raft group.
 func (r *Replica) IsLeader() bool { return r.node.IsLeader() }

@@ -30,7 +30,9 @@ type Metrics struct {
 	execs, rollbacks prometheus.Counter
 	// dups and dupBytes count operations committed entries carried again.
 	dups, dupBytes prometheus.Counter
-	seen           replica.Stats
+	// stripped and strippedBytes count repeated probes sent without entries.
+	stripped, strippedBytes prometheus.Counter
+	seen                    replica.Stats
 
 	// The labelled series every operation or message touches, looked up
 	// once here instead of by label values (a hash and a map lookup under
@@ -87,7 +89,13 @@ func NewMetrics(reg prometheus.Registerer, replicaID string) *Metrics {
 	m.dupBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "correctables_duplicate_commit_bytes_total", Help: "Bytes of the operations counted by correctables_duplicate_commits_total.", ConstLabels: l,
 	})
-	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch, m.execs, m.rollbacks, m.dups, m.dupBytes)
+	m.stripped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_repeated_appends_stripped_total", Help: "Appends to a follower being probed that repeated the one before and were sent without their entries (raft resends one on every heartbeat reply).", ConstLabels: l,
+	})
+	m.strippedBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_repeated_append_bytes_stripped_total", Help: "Bytes of entry data left out of the appends counted by correctables_repeated_appends_stripped_total.", ConstLabels: l,
+	})
+	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch, m.execs, m.rollbacks, m.dups, m.dupBytes, m.stripped, m.strippedBytes)
 	m.opsWeak, m.opsStrong = m.ops.WithLabelValues("weak"), m.ops.WithLabelValues("strong")
 	m.latPrelim, m.latFinal = m.viewLat.WithLabelValues("preliminary"), m.viewLat.WithLabelValues("final")
 	m.confirmed, m.diverged = m.divergence.WithLabelValues("confirmed"), m.divergence.WithLabelValues("diverged")
@@ -151,6 +159,12 @@ func (m *Metrics) observeReplica(st replica.Stats) {
 	}
 	if d := st.DuplicateBytes - m.seen.DuplicateBytes; d > 0 {
 		m.dupBytes.Add(float64(d))
+	}
+	if d := st.StrippedAppends - m.seen.StrippedAppends; d > 0 {
+		m.stripped.Add(float64(d))
+	}
+	if d := st.StrippedBytes - m.seen.StrippedBytes; d > 0 {
+		m.strippedBytes.Add(float64(d))
 	}
 	m.seen = st
 }

@@ -227,7 +227,7 @@ func TestDeterministic(t *testing.T) {
 			t.Errorf("%d crashes, none inside a write: want some among the seeds", crashes)
 		}
 	}()
-	for _, seed := range []uint64{15, 6, 92, 3, 14} {
+	for _, seed := range []uint64{15, 6, 62, 3, 14} {
 		t.Run(fmt.Sprintf("seed%d_%s_gc%v", seed, mixOf(seed), seedOptions(seed).GroupCommit > 0), func(t *testing.T) {
 			var runs [3]Result
 			var wg sync.WaitGroup

@@ -73,6 +73,13 @@ type Store struct {
 	// an overwrite copies the slice, so callers never see it change.
 	tail      []*raftpb.Entry
 	tailBytes int
+	// lastRead is the last read of Entries from Pebble that stopped at
+	// maxSize (see Entries), or empty; any change to the log at or below
+	// its end empties it.
+	lastRead struct {
+		lo, maxSize uint64
+		ents        []*raftpb.Entry
+	}
 	// runs holds the terms of the log (trunc.Index, last] (terms.go).
 	runs []termRun
 	// send is the snapshot read for raft to send (AsyncSnapshotReads).
@@ -360,6 +367,15 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		return ents[:len(ents):len(ents)], nil
 	}
 
+	// raft's leader asks for the same entries again while it probes a
+	// follower (each heartbeat reply makes it resend the append it waits
+	// on; consensus.Node leaves the entries out of the repeat): a read that
+	// stopped at maxSize is kept and answered again, not read and decoded
+	// from Pebble once a heartbeat.
+	if r := &s.lastRead; len(r.ents) > 0 && r.lo == lo && r.maxSize == maxSize && lo+uint64(len(r.ents)) < hi {
+		return r.ents[:len(r.ents):len(r.ents)], nil
+	}
+
 	// Read [lo, min(hi, tailFirst)) from Pebble, then go on in the tail.
 	var (
 		ents []*raftpb.Entry
@@ -388,7 +404,11 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 			return nil, fmt.Errorf("%w: entry %d found at index %d", ErrCorrupt, e.GetIndex(), next)
 		}
 		if full(e) {
-			return ents, it.Close()
+			if err := it.Close(); err != nil {
+				return nil, fmt.Errorf("storage: read log: %w", err)
+			}
+			s.lastRead.lo, s.lastRead.maxSize, s.lastRead.ents = lo, maxSize, ents
+			return ents[:len(ents):len(ents)], nil
 		}
 		ents = append(ents, e)
 		next++
@@ -607,6 +627,9 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	// Committed: now the caches follow.
 	if newHS != nil {
 		s.hs = newHS
+	}
+	if r := &s.lastRead; len(r.ents) > 0 && (resetTail || (len(ents) > 0 && ents[0].GetIndex() < r.lo+uint64(len(r.ents)))) {
+		r.ents = nil // overwritten, or replaced by a snapshot
 	}
 	if resetTail {
 		s.tail, s.tailBytes, s.runs = nil, 0, nil
@@ -858,6 +881,9 @@ func (s *Store) Compact(index uint64) error {
 	}
 	s.trunc = trunc
 	s.compactRuns(index)
+	if s.lastRead.lo <= index {
+		s.lastRead.ents = nil // never asked for again
+	}
 	drop := 0
 	for drop < len(s.tail) && s.tail[drop].GetIndex() <= index {
 		s.tailBytes -= proto.Size(s.tail[drop])
@@ -951,7 +977,7 @@ func (s *Store) commitWith(b *pebble.Batch, wo *pebble.WriteOptions) error {
 	err := catchFatal(func() error { return b.Commit(wo) })
 	if err != nil {
 		s.err = fmt.Errorf("%w: %w", ErrFailed, err)
-		s.tail, s.tailBytes = nil, 0
+		s.tail, s.tailBytes, s.lastRead.ents = nil, 0, nil
 		s.opts.Logger.Error("storage: write failed; the store refuses all calls until reopened", "err", err)
 		return s.err
 	}

@@ -43,6 +43,7 @@ type proc struct {
 	initial string
 	log     string // stderr of every incarnation, appended
 	join    bool   // serve --join: added to a running cluster (member add)
+	debug   string // serve --metrics, if set (CORRECTABLES_E2E_PROFILE)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -81,6 +82,9 @@ func (p *proc) start() error {
 	}
 	if p.initial != "" {
 		args = append(args, "--initial-cluster", p.initial)
+	}
+	if p.debug != "" {
+		args = append(args, "--metrics", p.debug)
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = out, logf
@@ -204,6 +208,7 @@ func newCluster(t *testing.T, addrs []string, peerAddr func(from, to int) string
 			log:     filepath.Join(dir, fmt.Sprintf("r%d.log", i+1)),
 		})
 	}
+	profileCluster(t, c)
 	t.Cleanup(func() {
 		for _, p := range c.procs {
 			if err := p.kill(); err != nil {
