@@ -48,6 +48,14 @@ type Config struct {
 	// Default 1024: the leader sends one per proposal, and under load
 	// hundreds of proposals are in flight at once.
 	MaxInflightMsgs int
+	// MaxInflightBytes bounds the bytes of entries in the appends in flight
+	// to one follower. Default 4 MiB (at least MaxSizePerMsg): it bounds
+	// what a leader reads from its log and encodes in one Ready to bring a
+	// follower up, which otherwise was everything the follower lacked
+	// (tens of megabytes after a replica was down for 10 s under load,
+	// read on the loop while no heartbeat went out). Under steady load far
+	// less is in flight: a round trip's worth of writes.
+	MaxInflightBytes uint64
 	// MaxUncommittedEntriesSize bounds the bytes of proposals the leader holds
 	// uncommitted; past it proposals fail with raft.ErrProposalDropped.
 	// Default 64 MiB.
@@ -80,6 +88,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxInflightMsgs == 0 {
 		c.MaxInflightMsgs = 1024
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = max(4<<20, c.MaxSizePerMsg)
+	}
+	if c.MaxInflightBytes < c.MaxSizePerMsg {
+		return fmt.Errorf("consensus: config: MaxInflightBytes (%d) must be at least MaxSizePerMsg (%d)", c.MaxInflightBytes, c.MaxSizePerMsg)
 	}
 	if c.MaxUncommittedEntriesSize == 0 {
 		c.MaxUncommittedEntriesSize = 64 << 20
@@ -134,6 +148,7 @@ func New(cfg Config) (*Node, error) {
 		Applied:                   cfg.Applied,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxInflightBytes:          cfg.MaxInflightBytes,
 		MaxUncommittedEntriesSize: cfg.MaxUncommittedEntriesSize,
 		MaxCommittedSizePerReady:  4 * cfg.MaxSizePerMsg,
 		PreVote:                   true,

@@ -138,3 +138,20 @@ func probeCatchUp(t *testing.T, entries, lag, drop int) (sent, maxReady, missing
 	sent, maxReady, ok = laggedDelivery(t, c, lead, slow, lag, drop, 3000)
 	return sent, maxReady, missing, ok
 }
+
+// A leader brings a follower that lacks 20 MB up a few megabytes a round
+// trip (MaxInflightBytes), not all at once: what it reads from its log and
+// encodes in one Ready, on its loop, is bounded whatever the follower lacks
+// (all 20 MB in one Ready without the bound). One Ready may send what is
+// in flight (the window, overshot by at most one message) and again what
+// the replies it handled acknowledged: twice the window at most.
+func TestCatchUpBoundedPerReady(t *testing.T) {
+	sent, maxReady, missing, ok := probeCatchUp(t, 20000, 5, 0)
+	if !ok {
+		t.Fatalf("the follower did not catch up within 3000 ticks (sent %d bytes of entries)", sent)
+	}
+	t.Logf("%d bytes of entries missing, %d sent, at most %d in one Ready", missing, sent, maxReady)
+	if limit := 2 * (4<<20 + 1<<20); maxReady > limit {
+		t.Errorf("the leader put %d bytes of entries to one follower in one Ready, more than twice MaxInflightBytes and one message (%d)", maxReady, limit)
+	}
+}

@@ -16,7 +16,9 @@ import (
 // serves its debug listener (serve --metrics) and the harness keeps taking
 // 5 s CPU profiles of each into that directory, named by replica and the
 // profile's start time, for as long as the test runs. It is how a slow
-// loop round that a soak logged is traced to its cause afterwards.
+// loop round that a soak logged is traced to its cause afterwards. With
+// CORRECTABLES_E2E_PROFILE_TRACE set too, they are 5 s execution traces
+// (go tool trace; -pprof=sched shows where a goroutine waited to run).
 const profileEnv = "CORRECTABLES_E2E_PROFILE"
 
 // profileCluster starts the profile takers of c's replicas if profileEnv
@@ -47,7 +49,11 @@ func profileCluster(t *testing.T, c *cluster) {
 func takeProfiles(ctx context.Context, dir string, p *proc) {
 	for ctx.Err() == nil {
 		start := time.Now()
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=5", p.debug)
+		kind, ext := "profile", "pprof"
+		if os.Getenv("CORRECTABLES_E2E_PROFILE_TRACE") != "" {
+			kind, ext = "trace", "trace"
+		}
+		url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=5", p.debug, kind)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return
@@ -62,7 +68,7 @@ func takeProfiles(ctx context.Context, dir string, p *proc) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			continue
 		}
-		name := fmt.Sprintf("r%d-%s.pprof", p.id, start.UTC().Format("150405.000"))
+		name := fmt.Sprintf("r%d-%s.%s", p.id, start.UTC().Format("150405.000"), ext)
 		_ = os.WriteFile(filepath.Join(dir, name), b, 0o644)
 	}
 }
