@@ -144,6 +144,7 @@ func (s *Server) startPeer(id uint64, addr string) {
 	p := newPeer(s, id, addr)
 	p.quit = make(chan struct{})
 	s.peers[id] = p
+	s.links.Store(id, p)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -217,6 +218,7 @@ func (s *Server) syncMembers() error {
 		if _, ok := want[id]; !ok && (self || v.removed[id]) {
 			close(p.quit)
 			delete(s.peers, id)
+			s.links.CompareAndDelete(id, p)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(want)) {

@@ -28,6 +28,11 @@ type peer struct {
 	queue  chan outgoing
 	queued atomic.Int64  // bytes in queue
 	quit   chan struct{} // closed when the peer leaves the cluster
+	// kicked wakes run from its wait between streams, and conn (once
+	// dialled) has its connection backoff reset: the peer has just opened
+	// a stream to this replica, so it is up (see kick).
+	kicked chan struct{}
+	conn   atomic.Pointer[grpc.ClientConn]
 }
 
 // outgoing is a message in a peer's queue: encoded (b), or, a raft
@@ -101,8 +106,31 @@ func windowDialOptions() []grpc.DialOption {
 var peerConnect = redial.Params
 
 func newPeer(s *Server, id uint64, addr string) *peer {
-	return &peer{s: s, id: id, addr: addr, queue: make(chan outgoing, s.cfg.PeerQueue)}
+	return &peer{s: s, id: id, addr: addr, queue: make(chan outgoing, s.cfg.PeerQueue), kicked: make(chan struct{}, 1)}
 }
+
+// kick tells the link to the peer that the peer is up: it opened a stream
+// to this replica. A link that was waiting to dial it again (gRPC's
+// connection backoff, run's wait between streams: up to a second each
+// once the peer has been down a while) dials at once. A restarted replica
+// is heard from by its leader, caught up and, if it had led, let out of
+// its fence (replica/fence.go) that much sooner.
+func (p *peer) kick() {
+	if c := p.conn.Load(); c != nil {
+		c.ResetConnectBackoff()
+	}
+	select {
+	case p.kicked <- struct{}{}:
+	default:
+	}
+}
+
+// Waits between two streams to a peer: the first after a failure, doubled
+// at each failure in a row up to the last. Variables for tests only.
+var (
+	streamRetryFirst = 10 * time.Millisecond
+	streamRetryMax   = time.Second
+)
 
 func (p *peer) enqueue(m replica.Message) {
 	// A full queue (a peer that is down or slow) takes nothing: drop the
@@ -192,14 +220,18 @@ func (p *peer) run(stop <-chan struct{}) {
 		return
 	}
 	defer conn.Close()
+	p.conn.Store(conn)
 	client := api.NewPeerClient(conn)
-	backoff := 10 * time.Millisecond
+	backoff := streamRetryFirst
 	var warned time.Time  // last authentication warning
 	var refused time.Time // last warning that another cluster refused the stream
 	for ctx.Err() == nil {
-		err := p.stream(ctx, client)
+		sent, err := p.stream(ctx, client)
 		if ctx.Err() != nil {
 			return
+		}
+		if sent {
+			backoff = streamRetryFirst // it worked: this failure is the first
 		}
 		p.s.log.Debug("peer stream ended", "peer", p.id, "err", err)
 		if authFailure(err) && time.Since(warned) >= authWarnEvery {
@@ -212,17 +244,24 @@ func (p *peer) run(stop <-chan struct{}) {
 		}
 		select {
 		case <-time.After(backoff):
+			backoff = min(2*backoff, streamRetryMax)
+		case <-p.kicked:
+			backoff = streamRetryFirst
 		case <-ctx.Done():
 			return
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
-func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
-	st, err := client.Stream(p.s.peerStreamContext(ctx))
+// stream sends the queue's messages on one stream until it fails; sent
+// reports whether it sent any.
+func (p *peer) stream(ctx context.Context, client api.PeerClient) (sent bool, err error) {
+	// WaitForReady: while the connection is down the stream waits for it
+	// (gRPC redials with backoff, or at once after kick) rather than
+	// failing at once and waiting again in run.
+	st, err := client.Stream(p.s.peerStreamContext(ctx), grpc.WaitForReady(true))
 	if err != nil {
-		return err
+		return false, err
 	}
 	env := &api.PeerEnvelope{From: p.s.cfg.ID}
 	var large []byte // taken from the queue, to go in parts after env
@@ -260,7 +299,7 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 			more = take(b)
 		case <-ctx.Done():
 			_, _ = st.CloseAndRecv()
-			return ctx.Err()
+			return sent, ctx.Err()
 		}
 	batch:
 		for more {
@@ -273,14 +312,16 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) error {
 		}
 		if len(env.Messages) > 0 {
 			if err := send(env); err != nil {
-				return err
+				return sent, err
 			}
+			sent = true
 		}
 		for off := 0; off < len(large); off += peerPartBytes {
 			part := &api.PeerEnvelope{From: p.s.cfg.ID, Part: large[off:min(off+peerPartBytes, len(large))], Whole: uint64(len(large))}
 			if err := send(part); err != nil {
-				return err // the rest is lost with the stream, as a message would be
+				return sent, err // the rest is lost with the stream, as a message would be
 			}
+			sent = true
 		}
 	}
 }
@@ -314,6 +355,9 @@ func (s *Server) Stream(st grpc.ClientStreamingServer[api.PeerEnvelope, api.Peer
 				return err
 			}
 			checked = true
+			if p, ok := s.links.Load(env.GetFrom()); ok {
+				p.(*peer).kick() // it is up: our link to it need not wait
+			}
 		}
 		msgs := env.GetMessages()
 		switch w := env.GetWhole(); {

@@ -234,8 +234,11 @@ type Server struct {
 
 	inflight chan struct{}    // semaphore of client requests
 	peers    map[uint64]*peer // owned by the loop once it runs
-	mem      *membership
-	cluster  clusterIdentity
+	// links maps a peer's id to its current *peer, for the peer streams'
+	// handlers (Stream kicks the link back to a peer that connected).
+	links   sync.Map
+	mem     *membership
+	cluster clusterIdentity
 
 	grpcClient, grpcPeer *grpc.Server
 	lisClient, lisPeer   net.Listener

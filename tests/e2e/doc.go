@@ -32,5 +32,9 @@
 // The servers are built once (without -race) into a temporary directory by
 // TestMain. Every wait is bounded; processes are killed in t.Cleanup, and on
 // failure the tail of each replica's log is printed. Latencies are never
-// asserted. Set CORRECTABLES_E2E_KEEP=1 to keep the logs' directory.
+// asserted. Set CORRECTABLES_E2E_KEEP=1 to keep the logs' directory, and
+// CORRECTABLES_E2E_PROFILE=DIR to have every replica serve its debug
+// listener and be profiled (5 s CPU profiles back to back, or execution
+// traces with CORRECTABLES_E2E_PROFILE_TRACE=1) into DIR while the test
+// runs: a slow loop round a replica logged is then traced to its cause.
 package e2e
