@@ -61,6 +61,11 @@
 // MarshalBinary/UnmarshalBinary give canonical snapshots for raft snapshots
 // and persistence; Hash is an order-independent content hash, maintained
 // incrementally, that replicas (and tests) compare to detect divergence.
+// Values are immutable once stored: a Result, an Undo or a Clone may hold
+// them. An append still costs what it appends, not the value's size: the
+// value it makes carries the streaming xxhash digest of its bytes, and it
+// is extended in place when nothing was ever written past its end (a mark
+// shared by the values on one backing array), else copied.
 // EncodeOp/DecodeOp and EncodeResult/DecodeResult are the compact canonical
 // wire and log encodings; decoders never panic and reject any malformed or
 // non-canonical input.
