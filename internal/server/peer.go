@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/redial"
@@ -122,6 +123,22 @@ func (p *peer) kick() {
 	select {
 	case p.kicked <- struct{}{}:
 	default:
+	}
+}
+
+// awaitReady waits, up to limit, for conn to be connected: after a kick
+// reset its backoff it redials, and a stream opened before that ends would
+// fail at once (and wait again in run). A connection that fails (a refused
+// handshake) is left to the next stream to report.
+func awaitReady(ctx context.Context, conn *grpc.ClientConn, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	conn.Connect()
+	for {
+		st := conn.GetState()
+		if st == connectivity.Ready || !conn.WaitForStateChange(ctx, st) {
+			return
+		}
 	}
 }
 
@@ -247,6 +264,7 @@ func (p *peer) run(stop <-chan struct{}) {
 			backoff = min(2*backoff, streamRetryMax)
 		case <-p.kicked:
 			backoff = streamRetryFirst
+			awaitReady(ctx, conn, time.Second)
 		case <-ctx.Done():
 			return
 		}
@@ -256,10 +274,7 @@ func (p *peer) run(stop <-chan struct{}) {
 // stream sends the queue's messages on one stream until it fails; sent
 // reports whether it sent any.
 func (p *peer) stream(ctx context.Context, client api.PeerClient) (sent bool, err error) {
-	// WaitForReady: while the connection is down the stream waits for it
-	// (gRPC redials with backoff, or at once after kick) rather than
-	// failing at once and waiting again in run.
-	st, err := client.Stream(p.s.peerStreamContext(ctx), grpc.WaitForReady(true))
+	st, err := client.Stream(p.s.peerStreamContext(ctx))
 	if err != nil {
 		return false, err
 	}
