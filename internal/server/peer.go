@@ -29,11 +29,9 @@ type peer struct {
 	queue  chan outgoing
 	queued atomic.Int64  // bytes in queue
 	quit   chan struct{} // closed when the peer leaves the cluster
-	// kicked wakes run from its wait between streams, and conn (once
-	// dialled) has its connection backoff reset: the peer has just opened
-	// a stream to this replica, so it is up (see kick).
+	// kicked wakes run from its wait between streams: the peer has just
+	// opened a stream to this replica, so it is up (see kick).
 	kicked chan struct{}
-	conn   atomic.Pointer[grpc.ClientConn]
 }
 
 // outgoing is a message in a peer's queue: encoded (b), or, a raft
@@ -113,23 +111,20 @@ func newPeer(s *Server, id uint64, addr string) *peer {
 // kick tells the link to the peer that the peer is up: it opened a stream
 // to this replica. A link that was waiting to dial it again (gRPC's
 // connection backoff, run's wait between streams: up to a second each
-// once the peer has been down a while) dials at once. A restarted replica
-// is heard from by its leader, caught up and, if it had led, let out of
-// its fence (replica/fence.go) that much sooner.
+// once the peer has been down a while) dials at once (run). A restarted
+// replica is heard from by its leader, caught up and, if it had led, let
+// out of its fence (replica/fence.go) that much sooner.
 func (p *peer) kick() {
-	if c := p.conn.Load(); c != nil {
-		c.ResetConnectBackoff()
-	}
 	select {
 	case p.kicked <- struct{}{}:
 	default:
 	}
 }
 
-// awaitReady waits, up to limit, for conn to be connected: after a kick
-// reset its backoff it redials, and a stream opened before that ends would
-// fail at once (and wait again in run). A connection that fails (a refused
-// handshake) is left to the next stream to report.
+// awaitReady waits, up to limit, for conn to be connected: a stream
+// opened while it still connects would fail at once (and wait again in
+// run). A connection that fails (a refused handshake) is left to the next
+// stream to report.
 func awaitReady(ctx context.Context, conn *grpc.ClientConn, limit time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -229,15 +224,17 @@ func (p *peer) run(stop <-chan struct{}) {
 		p.s.log.Error("peer not dialed", "peer", p.id, "addr", p.addr, "err", err)
 		return
 	}
-	conn, err := grpc.NewClient(p.addr, append(windowDialOptions(), grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)),
-		grpc.WithConnectParams(peerConnect))...)
+	dial := func() (*grpc.ClientConn, error) {
+		return grpc.NewClient(p.addr, append(windowDialOptions(), grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)),
+			grpc.WithConnectParams(peerConnect))...)
+	}
+	conn, err := dial()
 	if err != nil {
 		p.s.log.Error("peer address unusable", "peer", p.id, "addr", p.addr, "err", err)
 		return
 	}
-	defer conn.Close()
-	p.conn.Store(conn)
+	defer func() { conn.Close() }() // the current one
 	client := api.NewPeerClient(conn)
 	backoff := streamRetryFirst
 	var warned time.Time  // last authentication warning
@@ -264,6 +261,16 @@ func (p *peer) run(stop <-chan struct{}) {
 			backoff = min(2*backoff, streamRetryMax)
 		case <-p.kicked:
 			backoff = streamRetryFirst
+			// A connection that is not up may be waiting out gRPC's
+			// backoff: a new one dials at once. (Not ResetConnectBackoff:
+			// in gRPC 1.85 it reads the connection's subchannels without
+			// its lock, a race with gRPC creating one.)
+			if conn.GetState() != connectivity.Ready {
+				if c, err := dial(); err == nil {
+					conn.Close()
+					conn, client = c, api.NewPeerClient(c)
+				}
+			}
 			awaitReady(ctx, conn, time.Second)
 		case <-ctx.Done():
 			return
