@@ -73,6 +73,15 @@ func (c *cluster) step(t *testing.T) string {
 	return trace
 }
 
+// elect steps the cluster until it has a leader, for up to 60 ticks, and
+// returns it (0 if none).
+func (c *cluster) elect(t *testing.T) uint64 {
+	for i := 0; i < 60 && c.leader() == 0; i++ {
+		c.step(t)
+	}
+	return c.leader()
+}
+
 func (c *cluster) leader() uint64 {
 	for id, n := range c.nodes {
 		if n.IsLeader() && !c.cut[id] {
@@ -109,10 +118,7 @@ func TestElectionsAreDeterministic(t *testing.T) {
 // node from raising the term while it is alone.
 func TestLeaderReplacedAndPreVote(t *testing.T) {
 	c := newCluster(t, 7)
-	for i := 0; i < 60 && c.leader() == 0; i++ {
-		c.step(t)
-	}
-	old := c.leader()
+	old := c.elect(t)
 	if old == 0 {
 		t.Fatal("no leader")
 	}
@@ -163,10 +169,7 @@ func TestLeaderReplacedAndPreVote(t *testing.T) {
 func TestFollowerInLeaseIgnoresCampaign(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		c := newCluster(t, seed)
-		for i := 0; i < 60 && c.leader() == 0; i++ {
-			c.step(t)
-		}
-		lead := c.leader()
+		lead := c.elect(t)
 		if lead == 0 {
 			t.Fatalf("seed %d: no leader", seed)
 		}

@@ -106,10 +106,7 @@ func TestProbeSendsEntriesOnce(t *testing.T) {
 // 1,000 bytes, then lets it catch up through laggedDelivery.
 func probeCatchUp(t *testing.T, entries, lag, drop int) (sent, maxReady, missing int, ok bool) {
 	c := newCluster(t, 3)
-	for i := 0; i < 60 && c.leader() == 0; i++ {
-		c.step(t)
-	}
-	lead := c.leader()
+	lead := c.elect(t)
 	if lead == 0 {
 		t.Fatal("no leader")
 	}

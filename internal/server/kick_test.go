@@ -32,10 +32,7 @@ func TestRestartedPeerIsDialledAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	strongPutUntilFinal(ctx, t, dial(t, pc.peers[1]), time.Second)
-	var lead uint64
-	if err := pc.servers[1].exec(ctx, func(r *replica.Replica) { lead = r.Leader() }); err != nil || lead == 0 {
-		t.Fatalf("leader: %d, %v", lead, err)
-	}
+	lead := pc.leader(ctx, t)
 	f := lead%3 + 1
 	pc.stop(f)
 	// The others' links to f fail (heartbeats go to it every tick) and

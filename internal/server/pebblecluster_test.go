@@ -1,6 +1,11 @@
 package server
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/correctables/correctables/internal/replica"
+)
 
 // pebbleCluster is a cluster of replicas on Pebble (fsync off) in one
 // temporary directory, each serving clients and peers on its own loopback
@@ -36,4 +41,14 @@ func startPebbleCluster(t *testing.T, n int, tweak func(id uint64, c *Config)) *
 func (pc *pebbleCluster) stop(id uint64) {
 	pc.servers[id].Stop()
 	delete(pc.servers, id)
+}
+
+// leader returns the leader replica 1 knows of, failing the test if none.
+func (pc *pebbleCluster) leader(ctx context.Context, t *testing.T) uint64 {
+	t.Helper()
+	var lead uint64
+	if err := pc.servers[1].exec(ctx, func(r *replica.Replica) { lead = r.Leader() }); err != nil || lead == 0 {
+		t.Fatalf("leader: %d, %v", lead, err)
+	}
+	return lead
 }
