@@ -63,7 +63,8 @@ type Config struct {
 	// entries' data: the log behind a snapshot keeps at most CompactMargin
 	// entries and at most about CompactMarginBytes bytes, so that large
 	// entries (values of a MiB) do not keep a thousand MiB of log on disk
-	// and in the storage's compactions. A follower further behind gets a
+	// and in the storage's compactions; nor more than a few times the
+	// snapshot's size (marginBytes). A follower further behind gets a
 	// snapshot. Default DefaultCompactMarginBytes.
 	CompactMarginBytes uint64
 	// Logger receives snapshot lines. Default slog.Default().
@@ -288,9 +289,7 @@ func (d *Driver) stored(req *replica.SnapshotRequest, n int, err error, start ti
 		return fmt.Errorf("driver: snapshot at %d: %w", req.Index, err)
 	}
 	d.done(n)
-	// A follower further behind than the state's size is better served by
-	// the snapshot than by the log: the bytes' margin is never below it.
-	to := d.compactTo(req.Index, max(d.cfg.CompactMarginBytes, uint64(n)))
+	to := d.compactTo(req.Index, d.marginBytes(uint64(n)))
 	if to > 0 {
 		if err := st.Compact(to); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return fmt.Errorf("driver: compacting to %d: %w", to, err)
@@ -301,6 +300,25 @@ func (d *Driver) stored(req *replica.SnapshotRequest, n int, err error, start ti
 	}
 	d.cfg.Logger.Info("snapshot", "index", req.Index, "bytes", n, "compacted_to", to, "took", time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// marginRatio and minMarginBytes: see marginBytes.
+const (
+	marginRatio    = 4
+	minMarginBytes = 1 << 20
+)
+
+// marginBytes is the bytes of log kept behind a snapshot of n bytes:
+// CompactMarginBytes, but no more than marginRatio times the snapshot (at
+// least minMarginBytes), and never less than the snapshot. A follower
+// further behind than that is better served by the snapshot than by the
+// log: by the log its leader would read, send, and it would apply, several
+// times the bytes of the state (a small state written over and over), or
+// for a state larger than the margin, more than the state.
+func (d *Driver) marginBytes(n uint64) uint64 {
+	m := d.cfg.CompactMarginBytes
+	m = min(m, max(marginRatio*n, min(minMarginBytes, m)))
+	return max(m, n)
 }
 
 // markEntries records the bytes of the entries just persisted. Entries

@@ -123,3 +123,28 @@ func TestCompactMarginMarks(t *testing.T) {
 		t.Fatalf("with a 100 MiB snapshot: compactTo(300) = %d, want %d", got, want)
 	}
 }
+
+// The margin's bytes follow the snapshot's size: a few times it for a
+// small state (at least a MiB), CompactMarginBytes for a larger one, and
+// never less than the state itself.
+func TestMarginBytesFollowsTheSnapshot(t *testing.T) {
+	const kib, mib = 1 << 10, 1 << 20
+	for _, tc := range []struct {
+		configured, snap, want uint64
+	}{
+		{64 * mib, 0, 1 * mib},
+		{64 * mib, 100 * kib, 1 * mib},
+		{64 * mib, 1 * mib, 4 * mib},
+		{64 * mib, 10 * mib, 40 * mib},
+		{64 * mib, 30 * mib, 64 * mib},
+		{64 * mib, 100 * mib, 100 * mib},
+		{512 * kib, 0, 512 * kib}, // a margin configured below the floor stays
+		{512 * kib, 100 * kib, 512 * kib},
+		{512 * kib, 1 * mib, 1 * mib},
+	} {
+		d := newMarginDriver(t, 1000, tc.configured)
+		if got := d.marginBytes(tc.snap); got != tc.want {
+			t.Errorf("CompactMarginBytes %d, snapshot of %d bytes: margin %d bytes, want %d", tc.configured, tc.snap, got, tc.want)
+		}
+	}
+}

@@ -220,6 +220,31 @@ func TestSnapshotsBoundedByBytesAndTime(t *testing.T) {
 			t.Fatalf("%d snapshots over 2 MiB of entries on a 512 KiB state, want 1-6 (one per state size applied)", taken)
 		}
 	})
+	// Nor is it far above a small state's size: with the servers' 16 MiB,
+	// a state of 128 KiB written over and over gets a snapshot about every
+	// MiB of entries (snapshotLogRatio times the state, at least
+	// minSnapshotBytes), the first one before any snapshot told its size.
+	t.Run("bytes-follow-small-state", func(t *testing.T) {
+		s := newSingle(t, 1_000_000)
+		s.r.cfg.SnapshotTicks = 1 << 30
+		if s.r.cfg.SnapshotBytes != 16<<20 {
+			t.Fatalf("SnapshotBytes %d, want the default 16 MiB", s.r.cfg.SnapshotBytes)
+		}
+		for i := range 128 { // 4 MiB of entries over 4 keys
+			if err := s.r.Submit(ClientRequest{Client: 1, Seq: uint64(i + 1), Strong: true, Want: WantStable,
+				Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", i%4), Value: make([]byte, 32<<10)}}); err != nil {
+				t.Fatal(err)
+			}
+			s.drive()
+			for j := 0; s.stable < i+1 && j < 100; j++ {
+				s.r.Tick()
+				s.drive()
+			}
+		}
+		if s.snaps < 2 || s.snaps > 6 {
+			t.Fatalf("%d snapshots over 4 MiB of entries on a 128 KiB state, want 2-6 (about one per MiB)", s.snaps)
+		}
+	})
 	t.Run("time", func(t *testing.T) {
 		s := newSingle(t, 1_000_000)
 		s.r.cfg.SnapshotTicks = 50

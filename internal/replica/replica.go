@@ -308,9 +308,13 @@ type Replica struct {
 	// the last snapshot (maybeSnapshot).
 	bytesSinceSnap int
 	snapTick       int
-	// lastSnapBytes is the size of the last snapshot this replica took:
-	// the bytes bound is never below it (snapshotDue).
+	// lastSnapBytes is the size of the last snapshot this replica took or
+	// restored: the bytes bound follows it (snapshotBytesBound).
 	lastSnapBytes int
+	// stateBytes is the state's size measured before the first snapshot
+	// of a run, when the entries applied were sizedAt bytes
+	// (snapshotBytesBound).
+	stateBytes, sizedAt int
 	// snapPending: a snapshot asked for is not yet stored (SnapshotDone).
 	snapPending bool
 	// ownProposed is the highest own sequence number put in an entry since

@@ -192,12 +192,50 @@ func (r *Replica) lookupResult(id OpID) (committedResult, bool) {
 // of those stalled the replica). With the bound at the state's size a
 // snapshot costs at most what was applied since the last, and a restart
 // replays at most as many bytes of log as it reads of snapshot.
+//
+// Nor is it far above the state's size when the state is small: once the
+// entries applied since the last snapshot are snapshotLogRatio times the
+// state (at least minSnapshotBytes), a snapshot is due. The log behind
+// it is what a restart replays and what a leader reads, sends and its
+// follower applies to bring up a follower that missed it; for a small
+// state written over and over (a thousand keys of 100-byte values, 100
+// KiB, under a stream of updates) that was 16 MiB of log where a
+// snapshot of 100 KiB and at most a MiB of log do.
 func (r *Replica) snapshotDue() bool {
 	if r.cfg.SnapshotEntries <= 0 || r.confState == nil || r.applied == r.snapIndex || r.snapPending {
 		return false
 	}
-	return r.applied-r.snapIndex >= uint64(r.cfg.SnapshotEntries) || r.bytesSinceSnap >= max(r.cfg.SnapshotBytes, r.lastSnapBytes) ||
+	return r.applied-r.snapIndex >= uint64(r.cfg.SnapshotEntries) || r.bytesSinceSnap >= r.snapshotBytesBound() ||
 		r.ticks-r.snapTick >= r.cfg.SnapshotTicks || r.confSnap
+}
+
+// snapshotLogRatio and minSnapshotBytes: see snapshotDue.
+const (
+	snapshotLogRatio = 4
+	minSnapshotBytes = 1 << 20
+)
+
+// snapshotBytesBound is the bytes of entries applied since the last
+// snapshot at which the next is due: SnapshotBytes, but no more than
+// snapshotLogRatio times the state's size (at least minSnapshotBytes), and
+// never below that size. The state's size is the last snapshot's, taken or
+// restored; before the first of a run (a new cluster), the state's encoded
+// size measured whenever the bytes applied have doubled since the last
+// measure, from minSnapshotBytes on: a walk of a state that came from
+// those bytes, a few times per run.
+func (r *Replica) snapshotBytesBound() int {
+	bound, size := r.cfg.SnapshotBytes, r.lastSnapBytes
+	floor := min(minSnapshotBytes, bound)
+	if size == 0 && r.bytesSinceSnap < bound && r.bytesSinceSnap >= max(floor, 2*r.sizedAt) {
+		r.stateBytes, r.sizedAt = r.st.BinarySize(), r.bytesSinceSnap
+	}
+	if size == 0 {
+		size = r.stateBytes
+	}
+	if size > 0 {
+		bound = min(bound, max(snapshotLogRatio*size, floor))
+	}
+	return max(bound, r.lastSnapBytes)
 }
 
 // maybeSnapshot asks for a snapshot every SnapshotEntries applied entries.
@@ -206,6 +244,7 @@ func (r *Replica) maybeSnapshot() error {
 		return nil
 	}
 	r.bytesSinceSnap, r.snapTick, r.confSnap = 0, r.ticks, false
+	r.stateBytes, r.sizedAt = 0, 0
 	r.snapPending = true
 	r.out.CreateSnapshot = &SnapshotRequest{
 		Index: r.applied, ConfState: proto.Clone(r.confState).(*raftpb.ConfState),
@@ -258,6 +297,9 @@ func (r *Replica) restore(snap *raftpb.Snapshot) error {
 		return nil // already past it
 	}
 	keep := r.installSnapshot(sc, snap.GetMetadata().GetConfState())
+	// The state's size, for the snapshots' bytes bound (snapshotDue),
+	// until this replica takes a snapshot of its own.
+	r.lastSnapBytes = len(snap.GetData())
 	r.settle(snap.GetMetadata().GetTerm())
 	if err := r.answerFromSnapshot(); err != nil {
 		return err

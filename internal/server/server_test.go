@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -466,5 +467,89 @@ func TestLargeSnapshotCatchUp(t *testing.T) {
 	}
 	if got := string(views[len(views)-1].GetResult().GetValue()); got != value(33) {
 		t.Fatalf("k1 at the restarted replica: %.10q..., want %.10q...", got, value(33))
+	}
+}
+
+// A follower that missed many times the state's size in log is brought up
+// by a snapshot of the small state, not by the log: with the servers'
+// snapshot settings (every 10,000 entries or 16 MiB of them, a margin of
+// 1,000 entries or 64 MiB behind each), a replica down while 6 MiB of
+// 8 KiB values went to 16 keys (a state of 128 KiB) was sent all 6 MiB of
+// log, which its leader read and encoded on its loop and it applied. The
+// snapshots' and the margin's bytes bounds follow the state's size
+// (replica.snapshotBytesBound, driver.marginBytes).
+func TestSmallStateCatchUpBySnapshot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	peers := freePeers(t, 3)
+	start := func(id uint64) *Server { return startOnPebble(t, dir, peers, id, true, nil) }
+	servers := []*Server{start(1), start(2), start(3)}
+	t.Cleanup(func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	})
+	if err := servers[2].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, peers[1])
+	const n, size = 768, 8 << 10
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
+				v := bytes.Repeat([]byte{byte(i)}, size)
+				op := &api.Op{Kind: api.Kind_KIND_PUT, Key: fmt.Sprint("k", i%16), Value: v}
+				if _, err := invoke(ctx, c, &api.InvokeRequest{Op: op, Final: true, Strong: true}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	want, err := c.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[2] = start(3)
+	c3 := dial(t, peers[3])
+	for {
+		st, err := c3.Status(ctx, &api.StatusRequest{})
+		if err == nil && st.GetAppliedIndex() >= want.GetAppliedIndex() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("replica 3 did not catch up: status %v, want applied index %d", st, want.GetAppliedIndex())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var stats replica.Stats
+	if err := servers[2].exec(ctx, func(r *replica.Replica) { stats = r.Stats() }); err != nil {
+		t.Fatal(err)
+	}
+	if stats.SnapshotsReceived == 0 {
+		t.Errorf("replica 3 missed %d MiB of log over a %d KiB state and was brought up through the log, not a snapshot",
+			n*size>>20, 16*size>>10)
+	}
+	// And what it holds is the state.
+	for k := range 16 {
+		views, err := invoke(ctx, c3, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: fmt.Sprint("k", k)}, Preliminary: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := n - (n-k)%16 // the last i <= n with i%16 == k
+		if got := views[0].GetResult().GetValue(); len(got) != size || got[0] != byte(last) {
+			t.Fatalf("k%d at replica 3: %d bytes starting %d, want %d bytes of %d", k, len(got), got[0], size, byte(last))
+		}
 	}
 }
