@@ -1,6 +1,10 @@
 package replica
 
-import "go.etcd.io/raft/v3/raftpb"
+import (
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
 
 // The restart fence: no operation id is ever issued twice.
 //
@@ -48,6 +52,12 @@ func (r *Replica) settle(term uint64) {
 	t := r.appliedTerm
 	if r.fenceTerm == 0 || t < r.fenceTerm || (t == r.fenceTerm && r.fenceSelf) {
 		return
+	}
+	if r.cfg.Logger != nil && !r.fencedAt.IsZero() {
+		// Lifted by what it learnt after its replay, not by the replay:
+		// the wait its clients saw.
+		r.cfg.Logger.Info("restart fence lifted: taking updates", "term", term, "applied", r.applied,
+			"fenced_term", r.fenceTerm, "waited", time.Since(r.fencedAt).Round(time.Millisecond))
 	}
 	r.fenceTerm, r.fenceSelf = 0, false
 	// Own operations of an earlier run that others committed were learnt

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -315,6 +316,9 @@ type Replica struct {
 	// of a run, when the entries applied were sizedAt bytes
 	// (snapshotBytesBound).
 	stateBytes, sizedAt int
+	// fencedAt is when the replica, started, was still fenced after its
+	// replay (zero if it was not): for the log line that the fence lifted.
+	fencedAt time.Time
 	// snapPending: a snapshot asked for is not yet stored (SnapshotDone).
 	snapPending bool
 	// ownProposed is the highest own sequence number put in an entry since
@@ -402,6 +406,13 @@ func New(cfg Config) (*Replica, error) {
 	}
 	if r.Removed() {
 		return nil, fmt.Errorf("%w: replica %d (its log says so); a removed id never rejoins: start a new replica under a new id", ErrRemoved, cfg.ID)
+	}
+	if r.fenceTerm != 0 {
+		r.fencedAt = time.Now() // still fenced after the replay (fence.go)
+		if cfg.Logger != nil {
+			cfg.Logger.Info("restart fence: updates refused until an entry of a term after this one is applied",
+				"fenced_term", r.fenceTerm, "applied", r.applied)
+		}
 	}
 	r.seq = r.vv[cfg.ID]
 	st := r.node.Status()
