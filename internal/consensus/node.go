@@ -396,7 +396,12 @@ func (n *Node) Status() raft.BasicStatus { return n.rn.BasicStatus() }
 func (n *Node) IsLeader() bool { return n.rn.BasicStatus().RaftState == raft.StateLeader }
 
 // ReportUnreachable tells raft a message to id could not be delivered.
-func (n *Node) ReportUnreachable(id uint64) { n.rn.ReportUnreachable(id) }
+// The last append to id may be among what was lost: the next one is sent
+// whole even if it repeats it (stripProbes).
+func (n *Node) ReportUnreachable(id uint64) {
+	delete(n.probes, id)
+	n.rn.ReportUnreachable(id)
+}
 
 // ReportSnapshot tells raft how sending a snapshot to id ended.
 func (n *Node) ReportSnapshot(id uint64, ok bool) {

@@ -152,3 +152,50 @@ func TestCatchUpBoundedPerReady(t *testing.T) {
 		t.Errorf("the leader put %d bytes of entries to one follower in one Ready, more than twice MaxInflightBytes and one message (%d)", maxReady, limit)
 	}
 }
+
+// A probe the transport could not send (ReportUnreachable) is not a copy
+// on its way: the next probe to that follower carries its entries, where a
+// repeat of one that may still arrive goes without them (stripProbes).
+func TestUnreachableFollowerGetsEntriesAgain(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.elect(t)
+	if lead == 0 {
+		t.Fatal("no leader")
+	}
+	slow := lead%3 + 1
+	n := c.nodes[lead]
+	n.ReportUnreachable(slow) // raft probes it
+	if err := n.Propose([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// probe handles one Ready of the leader, returning how many entries its
+	// appends to slow carried (-1: no append to slow), and then an answer
+	// to a heartbeat from slow, which makes raft send its probe again.
+	term := n.Status().GetTerm()
+	probe := func() int {
+		rd := n.Ready()
+		c.storage[lead].Append(rd.Entries)
+		got := -1
+		for _, m := range rd.Messages {
+			if m.GetType() == raftpb.MsgApp && m.GetTo() == slow {
+				got = max(got, len(m.GetEntries()))
+			}
+		}
+		n.Advance(rd)
+		hb := raftpb.MessageType_MsgHeartbeatResp
+		if err := n.Step(&raftpb.Message{Type: &hb, From: &slow, To: &lead, Term: &term}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := probe(); got <= 0 {
+		t.Fatalf("first probe to %d: %d entries, want some", slow, got)
+	}
+	if got := probe(); got != 0 {
+		t.Fatalf("the probe again, the first maybe on its way: %d entries, want 0", got)
+	}
+	n.ReportUnreachable(slow)
+	if got := probe(); got <= 0 {
+		t.Fatalf("the probe after the transport reported %d unreachable: %d entries, want them all again", slow, got)
+	}
+}

@@ -90,3 +90,9 @@ func (r *Replica) checkLeader() {
 func (r *Replica) ownTentative() bool {
 	return r.vv[r.cfg.ID] > r.committedVV[r.cfg.ID]
 }
+
+// ReportUnreachable tells the replica that a raft message to peer id
+// could not be sent (its transport dropped it: the peer is down, or its
+// queue full). Raft probes the peer afresh rather than count what it sent
+// as on its way.
+func (r *Replica) ReportUnreachable(id uint64) { r.node.ReportUnreachable(id) }

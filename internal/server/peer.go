@@ -32,7 +32,25 @@ type peer struct {
 	// kicked wakes run from its wait between streams: the peer has just
 	// opened a stream to this replica, so it is up (see kick).
 	kicked chan struct{}
+	// down is when the link lost its stream (Unix nanoseconds; 0 while a
+	// stream is open): past peerDownGrace the peer takes no message (see
+	// enqueue).
+	down atomic.Int64
 }
+
+// peerDownGrace is how long a link without a stream keeps queueing
+// messages: a reconnection to a peer that is up takes milliseconds. Past
+// it the peer is down, and what is sent to it is dropped, and what was
+// queued too, as etcd's transport drops messages to a peer it cannot
+// reach. Before, ten seconds of a dead peer's heartbeats, probes and
+// gossip waited in its queue (up to PeerQueue messages, PeerQueueBytes);
+// when it came back they were sent first, it answered each stale
+// heartbeat, each answer made its leader send the probe again, and while
+// it worked through them the queue was full and its leader's appends
+// were dropped: a restarted former leader stayed fenced 0.4-4 s
+// (TestSoakLeaderKills), where one round trip of appends lifts the fence.
+// A variable for tests.
+var peerDownGrace = 300 * time.Millisecond
 
 // outgoing is a message in a peer's queue: encoded (b), or, a raft
 // snapshot, to be encoded by the peer's stream (m, of about n bytes). A
@@ -144,7 +162,17 @@ var (
 	streamRetryMax   = time.Second
 )
 
-func (p *peer) enqueue(m replica.Message) {
+// enqueue queues m for the peer, or drops it; it reports whether m was
+// queued. The caller tells raft of a raft message dropped (the peer is
+// unreachable: raft probes it afresh rather than count the message as
+// on its way).
+func (p *peer) enqueue(m replica.Message) bool {
+	if d := p.down.Load(); d != 0 && time.Since(time.Unix(0, d)) > peerDownGrace {
+		// Down: nothing waits for it, and what waited goes.
+		p.s.cfg.Metrics.peerDropped()
+		p.discardQueued()
+		return false
+	}
 	// A full queue (a peer that is down or slow) takes nothing: drop the
 	// message before encoding it. A leader sends a follower that comes
 	// back up to MaxInflightMsgs appends of up to 1 MB in one Ready; when
@@ -153,7 +181,7 @@ func (p *peer) enqueue(m replica.Message) {
 	// leader answered no Status for 30 s; goroutine dump: EncodeMessage).
 	if p.queued.Load() >= int64(p.s.cfg.PeerQueueBytes) || len(p.queue) == cap(p.queue) {
 		p.s.cfg.Metrics.peerDropped()
-		return
+		return false
 	}
 	var o outgoing
 	if m.Raft.GetType() == raftpb.MsgSnap {
@@ -162,24 +190,39 @@ func (p *peer) enqueue(m replica.Message) {
 		b, err := replica.EncodeMessage(m)
 		if err != nil {
 			p.s.log.Error("encoding a peer message", "peer", p.id, "err", err)
-			return
+			return false
 		}
 		o.b = b
 	}
 	if !p.sizeOK(o.size(), m.Type) {
-		return
+		return false
 	}
 	// A message larger than the queue's byte bound goes when nothing else
 	// is queued (a snapshot of a large state).
 	if q := p.queued.Load(); q > 0 && q+int64(o.size()) > int64(p.s.cfg.PeerQueueBytes) {
 		p.s.cfg.Metrics.peerDropped()
-		return
+		return false
 	}
 	select {
 	case p.queue <- o:
 		p.queued.Add(int64(o.size()))
+		return true
 	default:
 		p.s.cfg.Metrics.peerDropped()
+		return false
+	}
+}
+
+// discardQueued drops what the queue holds (the peer is down).
+func (p *peer) discardQueued() {
+	for {
+		select {
+		case o := <-p.queue:
+			p.queued.Add(-int64(o.size()))
+			p.s.cfg.Metrics.peerDropped()
+		default:
+			return
+		}
 	}
 }
 
@@ -244,6 +287,7 @@ func (p *peer) run(stop <-chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
+		p.down.CompareAndSwap(0, time.Now().UnixNano())
 		if sent {
 			backoff = streamRetryFirst // it worked: this failure is the first
 		}
@@ -285,6 +329,7 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) (sent bool, er
 	if err != nil {
 		return false, err
 	}
+	p.down.Store(0) // the peer takes messages again
 	env := &api.PeerEnvelope{From: p.s.cfg.ID}
 	var large []byte // taken from the queue, to go in parts after env
 	size := 0

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,6 +235,9 @@ type Server struct {
 
 	inflight chan struct{}    // semaphore of client requests
 	peers    map[uint64]*peer // owned by the loop once it runs
+	// unreachable: peers a raft message could not be queued for in the
+	// Ready being handled (send; the loop's).
+	unreachable []uint64
 	// links maps a peer's id to its current *peer, for the peer streams'
 	// handlers (Stream kicks the link back to a peer that connected).
 	links   sync.Map
@@ -504,6 +508,7 @@ func (s *Server) loop() {
 			s.failWaiting()
 			return
 		}
+		s.reportUnreachable()
 		s.unpark()
 		s.logLeader()
 		s.logSlowRound(start, readyAt)
@@ -690,9 +695,24 @@ func (s *Server) send(m replica.Message) {
 	if s.cfg.dropPeerMsg != nil && s.cfg.dropPeerMsg(m) {
 		return
 	}
-	if p := s.peers[m.To]; p != nil {
-		p.enqueue(m)
+	if p := s.peers[m.To]; p != nil && !p.enqueue(m) && m.Type == replica.MsgRaft {
+		// raft learns it after the Ready (reportUnreachable): it probes
+		// the peer afresh instead of counting the message as on its way.
+		s.unreachable = append(s.unreachable, m.To)
 	}
+}
+
+// reportUnreachable tells raft of the peers a raft message could not be
+// queued for in the last Ready (send).
+func (s *Server) reportUnreachable() {
+	if len(s.unreachable) == 0 {
+		return
+	}
+	slices.Sort(s.unreachable)
+	for _, id := range slices.Compact(s.unreachable) {
+		s.rep.ReportUnreachable(id)
+	}
+	s.unreachable = s.unreachable[:0]
 }
 
 // deliver hands a view to its request. A request's channel has room for
