@@ -481,19 +481,9 @@ func TestLargeSnapshotCatchUp(t *testing.T) {
 func TestSmallStateCatchUpBySnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	peers := freePeers(t, 3)
-	start := func(id uint64) *Server { return startOnPebble(t, dir, peers, id, true, nil) }
-	servers := []*Server{start(1), start(2), start(3)}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	})
-	if err := servers[2].Stop(); err != nil {
-		t.Fatal(err)
-	}
-	c := dial(t, peers[1])
+	pc := startPebbleCluster(t, 3, nil)
+	pc.stop(3)
+	c := dial(t, pc.peers[1])
 	const n, size = 768, 8 << 10
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -521,8 +511,8 @@ func TestSmallStateCatchUpBySnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	servers[2] = start(3)
-	c3 := dial(t, peers[3])
+	pc.servers[3] = startOnPebble(t, pc.dir, pc.peers, 3, true, nil)
+	c3 := dial(t, pc.peers[3])
 	for {
 		st, err := c3.Status(ctx, &api.StatusRequest{})
 		if err == nil && st.GetAppliedIndex() >= want.GetAppliedIndex() {
@@ -534,7 +524,7 @@ func TestSmallStateCatchUpBySnapshot(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	var stats replica.Stats
-	if err := servers[2].exec(ctx, func(r *replica.Replica) { stats = r.Stats() }); err != nil {
+	if err := pc.servers[3].exec(ctx, func(r *replica.Replica) { stats = r.Stats() }); err != nil {
 		t.Fatal(err)
 	}
 	if stats.SnapshotsReceived == 0 {
