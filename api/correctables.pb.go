@@ -460,8 +460,20 @@ type InvokeRequest struct {
 	// equals the preliminary one, instead of a confirmation (turns off the
 	// bandwidth optimisation of Correctables §5.2, to measure what it saves).
 	NoConfirmation bool `protobuf:"varint,5,opt,name=no_confirmation,json=noConfirmation,proto3" json:"no_confirmation,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// min_vv, for a weak read that asks for the preliminary view only: the
+	// replica runs the read once it has received every operation min_vv
+	// counts (its version vector covers min_vv: for each origin, at least
+	// that many of its operations), waiting for them to arrive by gossip or
+	// the log. A replica that has not received them within its wait bound
+	// (5 s by default) or the call's deadline refuses the read before running
+	// it (RESOURCE_EXHAUSTED with the "refused before running" marker), so
+	// that the client may ask again or ask another replica. At most 1,024
+	// entries; set on any other request it is INVALID_ARGUMENT. A quorum
+	// read (client.InvokeQuorum) whose answers differ uses it to wait for a
+	// replica of the majority to catch up without polling.
+	MinVv         map[uint64]uint64 `protobuf:"bytes,6,rep,name=min_vv,json=minVv,proto3" json:"min_vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvokeRequest) Reset() {
@@ -527,6 +539,13 @@ func (x *InvokeRequest) GetNoConfirmation() bool {
 		return x.NoConfirmation
 	}
 	return false
+}
+
+func (x *InvokeRequest) GetMinVv() map[uint64]uint64 {
+	if x != nil {
+		return x.MinVv
+	}
+	return nil
 }
 
 type CallBatchRequest struct {
@@ -1035,7 +1054,14 @@ func (x *ViewReply) GetStamp() *Stamp {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// min_vv, if set, makes the replica answer once it has received every
+	// operation min_vv counts (its vv covers min_vv), or, if it has not, at
+	// the end of its wait bound (5 s by default) with the vv it has; the
+	// call's deadline ends the wait sooner. At most 1,024 entries, none for
+	// origin 0 (else INVALID_ARGUMENT). A quorum write (client.InvokeQuorum)
+	// uses it to learn, without polling, when a majority has received it.
+	MinVv         map[uint64]uint64 `protobuf:"bytes,1,rep,name=min_vv,json=minVv,proto3" json:"min_vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1068,6 +1094,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_correctables_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StatusRequest) GetMinVv() map[uint64]uint64 {
+	if x != nil {
+		return x.MinVv
+	}
+	return nil
 }
 
 type StatusReply struct {
@@ -1442,13 +1475,18 @@ const file_correctables_proto_rawDesc = "" +
 	"\x05Write\x12\x16\n" +
 	"\x06delete\x18\x01 \x01(\bR\x06delete\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"\xad\x01\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"\xa9\x02\n" +
 	"\rInvokeRequest\x12#\n" +
 	"\x02op\x18\x01 \x01(\v2\x13.correctables.v1.OpR\x02op\x12 \n" +
 	"\vpreliminary\x18\x02 \x01(\bR\vpreliminary\x12\x14\n" +
 	"\x05final\x18\x03 \x01(\bR\x05final\x12\x16\n" +
 	"\x06strong\x18\x04 \x01(\bR\x06strong\x12'\n" +
-	"\x0fno_confirmation\x18\x05 \x01(\bR\x0enoConfirmation\"H\n" +
+	"\x0fno_confirmation\x18\x05 \x01(\bR\x0enoConfirmation\x12@\n" +
+	"\x06min_vv\x18\x06 \x03(\v2).correctables.v1.InvokeRequest.MinVvEntryR\x05minVv\x1a8\n" +
+	"\n" +
+	"MinVvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"H\n" +
 	"\x10CallBatchRequest\x124\n" +
 	"\x05calls\x18\x01 \x03(\v2\x1e.correctables.v1.InvokeRequestR\x05calls\"G\n" +
 	"\x0eCallBatchReply\x125\n" +
@@ -1487,8 +1525,13 @@ const file_correctables_proto_rawDesc = "" +
 	"\tconfirmed\x18\x02 \x01(\bR\tconfirmed\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x17.correctables.v1.ResultR\x06result\x12%\n" +
 	"\x02id\x18\x04 \x01(\v2\x15.correctables.v1.OpIDR\x02id\x12,\n" +
-	"\x05stamp\x18\x05 \x01(\v2\x16.correctables.v1.StampR\x05stamp\"\x0f\n" +
-	"\rStatusRequest\"\xef\x02\n" +
+	"\x05stamp\x18\x05 \x01(\v2\x16.correctables.v1.StampR\x05stamp\"\x8b\x01\n" +
+	"\rStatusRequest\x12@\n" +
+	"\x06min_vv\x18\x01 \x03(\v2).correctables.v1.StatusRequest.MinVvEntryR\x05minVv\x1a8\n" +
+	"\n" +
+	"MinVvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xef\x02\n" +
 	"\vStatusReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x12\n" +
@@ -1562,7 +1605,7 @@ func file_correctables_proto_rawDescGZIP() []byte {
 }
 
 var file_correctables_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_correctables_proto_goTypes = []any{
 	(Kind)(0),                // 0: correctables.v1.Kind
 	(Cmp)(0),                 // 1: correctables.v1.Cmp
@@ -1585,8 +1628,10 @@ var file_correctables_proto_goTypes = []any{
 	(*BackupChunk)(nil),      // 18: correctables.v1.BackupChunk
 	(*PeerEnvelope)(nil),     // 19: correctables.v1.PeerEnvelope
 	(*PeerAck)(nil),          // 20: correctables.v1.PeerAck
-	nil,                      // 21: correctables.v1.Stamp.VvEntry
-	nil,                      // 22: correctables.v1.StatusReply.VvEntry
+	nil,                      // 21: correctables.v1.InvokeRequest.MinVvEntry
+	nil,                      // 22: correctables.v1.Stamp.VvEntry
+	nil,                      // 23: correctables.v1.StatusRequest.MinVvEntry
+	nil,                      // 24: correctables.v1.StatusReply.VvEntry
 }
 var file_correctables_proto_depIdxs = []int32{
 	0,  // 0: correctables.v1.Op.kind:type_name -> correctables.v1.Kind
@@ -1596,32 +1641,34 @@ var file_correctables_proto_depIdxs = []int32{
 	5,  // 4: correctables.v1.Txn.else_writes:type_name -> correctables.v1.Write
 	1,  // 5: correctables.v1.Guard.cmp:type_name -> correctables.v1.Cmp
 	2,  // 6: correctables.v1.InvokeRequest.op:type_name -> correctables.v1.Op
-	6,  // 7: correctables.v1.CallBatchRequest.calls:type_name -> correctables.v1.InvokeRequest
-	9,  // 8: correctables.v1.CallBatchReply.results:type_name -> correctables.v1.CallResult
-	14, // 9: correctables.v1.CallResult.reply:type_name -> correctables.v1.ViewReply
-	10, // 10: correctables.v1.Result.items:type_name -> correctables.v1.KV
-	21, // 11: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
-	11, // 12: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
-	12, // 13: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
-	13, // 14: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
-	22, // 15: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
-	6,  // 16: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
-	6,  // 17: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
-	7,  // 18: correctables.v1.Store.CallBatch:input_type -> correctables.v1.CallBatchRequest
-	15, // 19: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
-	17, // 20: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
-	19, // 21: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
-	14, // 22: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
-	14, // 23: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
-	8,  // 24: correctables.v1.Store.CallBatch:output_type -> correctables.v1.CallBatchReply
-	16, // 25: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
-	18, // 26: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
-	20, // 27: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	21, // 7: correctables.v1.InvokeRequest.min_vv:type_name -> correctables.v1.InvokeRequest.MinVvEntry
+	6,  // 8: correctables.v1.CallBatchRequest.calls:type_name -> correctables.v1.InvokeRequest
+	9,  // 9: correctables.v1.CallBatchReply.results:type_name -> correctables.v1.CallResult
+	14, // 10: correctables.v1.CallResult.reply:type_name -> correctables.v1.ViewReply
+	10, // 11: correctables.v1.Result.items:type_name -> correctables.v1.KV
+	22, // 12: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
+	11, // 13: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
+	12, // 14: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
+	13, // 15: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
+	23, // 16: correctables.v1.StatusRequest.min_vv:type_name -> correctables.v1.StatusRequest.MinVvEntry
+	24, // 17: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
+	6,  // 18: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
+	6,  // 19: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
+	7,  // 20: correctables.v1.Store.CallBatch:input_type -> correctables.v1.CallBatchRequest
+	15, // 21: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
+	17, // 22: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
+	19, // 23: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
+	14, // 24: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
+	14, // 25: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
+	8,  // 26: correctables.v1.Store.CallBatch:output_type -> correctables.v1.CallBatchReply
+	16, // 27: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
+	18, // 28: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
+	20, // 29: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_correctables_proto_init() }
@@ -1635,7 +1682,7 @@ func file_correctables_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_correctables_proto_rawDesc), len(file_correctables_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -591,6 +591,10 @@ func (r *Replica) send(m Message) {
 // Stamp returns the replica's current stamp.
 func (r *Replica) Stamp() Stamp { return r.stamp() }
 
+// Covers reports whether the replica has received every operation v counts
+// (its version vector covers v).
+func (r *Replica) Covers(v VV) bool { return r.vv.Covers(v) }
+
 // TransferLeadership asks raft to hand leadership to id (effective only on
 // the leader).
 func (r *Replica) TransferLeadership(id uint64) { r.node.TransferLeadership(id) }

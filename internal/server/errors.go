@@ -23,6 +23,9 @@ var (
 	ErrBatchFull = errors.New("server: " + api.BatchFullMarker)
 	// ErrStopped: the server is shutting down.
 	ErrStopped = errors.New("server: stopped")
+	// ErrBehind: a weak read's min_vv counts operations this replica had
+	// not received within Config.MinVVWait; the read did not run.
+	ErrBehind = errors.New("server: this replica has not received every operation the read's min_vv counts")
 	// ErrResultLost: the operation committed, but its stable result was not
 	// retained across the snapshot that caught this replica up (see
 	// replica.View.Lost).
@@ -40,6 +43,7 @@ var statusTable = []struct {
 	{ErrOverloaded, codes.ResourceExhausted},
 	{ErrBatchFull, codes.ResourceExhausted},
 	{replica.ErrBusy, codes.ResourceExhausted},
+	{ErrBehind, codes.ResourceExhausted},
 	{ErrStopped, codes.Unavailable},
 	{replica.ErrDraining, codes.Unavailable},
 	{ErrResultLost, codes.DataLoss},

@@ -104,6 +104,10 @@ type Config struct {
 	// requests are taken in arrival order as commits make room. Default
 	// 1s; negative refuses at once.
 	BusyWait time.Duration
+	// MinVVWait bounds how long a weak read with a min_vv (api.InvokeRequest)
+	// waits for this replica to receive the operations it counts before it
+	// is refused (ErrBehind). Default 5s.
+	MinVVWait time.Duration
 	// DrainTimeout bounds how long member remove and member replace wait
 	// for the replica they remove to confirm its drain before they go
 	// ahead without it (a request may set its own bound). Default 10s.
@@ -164,6 +168,9 @@ func (c *Config) validate() error {
 	if c.BusyWait == 0 {
 		c.BusyWait = time.Second
 	}
+	if c.MinVVWait <= 0 {
+		c.MinVVWait = 5 * time.Second
+	}
 	def(&c.CompactMargin, 1000)
 	def(&c.PeerQueue, 4096)
 	def(&c.PeerQueueBytes, 64<<20)
@@ -189,6 +196,11 @@ type request struct {
 	out chan outcome
 	// parked is when the replica first refused it as busy (see BusyWait).
 	parked time.Time
+	// minVV, if set, is what the replica must have received before the
+	// request runs (api.InvokeRequest.min_vv); behindSince is when it began
+	// to wait for it (see behind).
+	minVV       replica.VV
+	behindSince time.Time
 }
 
 // outcome is a refusal (err) or a view.
@@ -222,6 +234,11 @@ type Server struct {
 	// that wait for room (Config.BusyWait).
 	parked      []*request
 	parkedKinds [3]int // of parked, by busyKind
+	// behind holds, oldest first, the weak reads with a min_vv this replica
+	// does not cover yet, and statusBehind the Status calls with one
+	// (runBehind).
+	behind       []*request
+	statusBehind []*statusWaiter
 	// Catch-up logging (logCatchUp).
 	catchUpLogged time.Time
 	catchingUp    bool
@@ -510,6 +527,7 @@ func (s *Server) loop() {
 		}
 		s.reportUnreachable()
 		s.unpark()
+		s.runBehind()
 		s.logLeader()
 		s.logSlowRound(start, readyAt)
 		s.logCatchUp()
@@ -600,6 +618,11 @@ func (s *Server) step(m replica.Message) {
 }
 
 func (s *Server) submitOne(req *request) {
+	if req.minVV != nil && !s.rep.Covers(req.minVV) {
+		req.behindSince = time.Now()
+		s.behind = append(s.behind, req)
+		return
+	}
 	// Behind the waiting requests of its kind, if any, so that each kind is
 	// taken in arrival order; else at once.
 	k := busyKind(req)
@@ -688,6 +711,102 @@ func (s *Server) unpark() {
 	}
 	clear(s.parked[len(keep):])
 	s.parked = keep
+}
+
+// runBehind runs the weak reads of behind whose min_vv the replica now
+// covers (operations arrive by gossip, anti-entropy or the log, in any
+// input of the loop, so it looks after every round), refuses those that
+// waited Config.MinVVWait (ErrBehind: nothing ran, the client may ask again
+// or elsewhere), and drops those whose caller has gone. Rounds come at
+// least every tick, so a refusal is at most a tick late.
+func (s *Server) runBehind() {
+	s.answerStatusBehind()
+	if len(s.behind) == 0 {
+		return
+	}
+	keep := s.behind[:0]
+	for _, req := range s.behind {
+		switch {
+		case req.ctx.Err() != nil:
+			req.out <- outcome{err: req.ctx.Err()} // its invoke has returned; the channel has room
+		case s.rep.Covers(req.minVV):
+			s.trySubmit(req) // a weak read: never refused as busy
+		case time.Since(req.behindSince) >= s.cfg.MinVVWait:
+			s.answer(req, fmt.Errorf("%w (waited %v)", ErrBehind, s.cfg.MinVVWait.Round(time.Millisecond)))
+		default:
+			keep = append(keep, req)
+		}
+	}
+	clear(s.behind[len(keep):])
+	s.behind = keep
+}
+
+// statusWaiter is a Status call with a min_vv the replica did not cover
+// when the call came.
+type statusWaiter struct {
+	ctx   context.Context
+	minVV replica.VV
+	since time.Time
+	reply chan *api.StatusReply // buffered: one reply
+}
+
+// answerStatusBehind answers the Status calls of statusBehind whose min_vv
+// the replica now covers, or that waited Config.MinVVWait (with the
+// Status as it is: its vv says what is missing), and drops those whose
+// caller has gone.
+func (s *Server) answerStatusBehind() {
+	if len(s.statusBehind) == 0 {
+		return
+	}
+	keep := s.statusBehind[:0]
+	for _, w := range s.statusBehind {
+		switch {
+		case w.ctx.Err() != nil:
+		case s.rep.Covers(w.minVV) || time.Since(w.since) >= s.cfg.MinVVWait:
+			w.reply <- s.statusReply()
+		default:
+			keep = append(keep, w)
+			continue
+		}
+	}
+	clear(s.statusBehind[len(keep):])
+	s.statusBehind = keep
+}
+
+// statusCovering answers a Status call with a min_vv (api.StatusRequest)
+// once the replica covers it, or at the end of Config.MinVVWait.
+func (s *Server) statusCovering(ctx context.Context, minVV replica.VV) (*api.StatusReply, error) {
+	// It may wait as long as a read: it takes an inflight slot as one does,
+	// so that Config.MaxInflight bounds the waiting calls too.
+	select {
+	case s.inflight <- struct{}{}:
+		defer func() { <-s.inflight }()
+	default:
+		return nil, toStatus(ErrOverloaded)
+	}
+	w := &statusWaiter{ctx: ctx, minVV: minVV, since: time.Now(), reply: make(chan *api.StatusReply, 1)}
+	f := func(*replica.Replica) {
+		if s.rep.Covers(minVV) {
+			w.reply <- s.statusReply()
+			return
+		}
+		s.statusBehind = append(s.statusBehind, w)
+	}
+	select {
+	case s.do <- f:
+	case <-s.done:
+		return nil, toStatus(ErrStopped)
+	case <-ctx.Done():
+		return nil, toStatus(ctx.Err())
+	}
+	select {
+	case r := <-w.reply:
+		return r, nil
+	case <-s.done:
+		return nil, toStatus(ErrStopped)
+	case <-ctx.Done():
+		return nil, toStatus(ctx.Err())
+	}
 }
 
 // send hands a message to its peer's queue (never blocks).
@@ -843,15 +962,20 @@ func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error
 	if in.GetFinal() && !in.GetStrong() && op.ReadOnly() {
 		return nil, fmt.Errorf("%w: a weak read has no final view; ask for a strong read", ErrInvalidRequest)
 	}
+	minVV, err := minVVFromAPI(in, op.ReadOnly())
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case s.inflight <- struct{}{}:
 	default:
 		return nil, ErrOverloaded
 	}
 	c := &call{s: s, in: in, start: time.Now(), req: &request{
-		ctx: ctx,
-		cr:  replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
-		out: make(chan outcome, 2),
+		ctx:   ctx,
+		cr:    replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
+		out:   make(chan outcome, 2),
+		minVV: minVV,
 	}}
 	select {
 	case s.submit <- c.req:
@@ -865,6 +989,45 @@ func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error
 	}
 	c.release()
 	return nil, err
+}
+
+// MaxMinVV bounds the entries of a request's min_vv.
+const MaxMinVV = 1024
+
+// minVVFromAPI checks a request's min_vv: only a weak read that asks for
+// the preliminary view alone may carry one (see checkMinVV).
+func minVVFromAPI(in *api.InvokeRequest, readOnly bool) (replica.VV, error) {
+	m := in.GetMinVv()
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if in.GetStrong() || in.GetFinal() || !readOnly {
+		return nil, fmt.Errorf("%w: min_vv is for a weak read that asks for the preliminary view only", ErrInvalidRequest)
+	}
+	return checkMinVV(m)
+}
+
+// checkMinVV checks a min_vv of a request: at most MaxMinVV entries, none
+// for origin 0. Entries of zero operations ask for nothing and are left
+// out; nil if nothing is left.
+func checkMinVV(m map[uint64]uint64) (replica.VV, error) {
+	if len(m) > MaxMinVV {
+		return nil, fmt.Errorf("%w: min_vv of %d entries, over %d", ErrInvalidRequest, len(m), MaxMinVV)
+	}
+	var vv replica.VV
+	for o, n := range m {
+		if o == 0 {
+			return nil, fmt.Errorf("%w: min_vv names origin 0 (replica ids start at 1)", ErrInvalidRequest)
+		}
+		if n == 0 {
+			continue
+		}
+		if vv == nil {
+			vv = replica.VV{}
+		}
+		vv[o] = n
+	}
+	return vv, nil
 }
 
 // release frees the call's inflight slot.
@@ -966,7 +1129,16 @@ func errorResult(err error) *api.CallResult {
 // it published at the end of its last round instead: a replica that is
 // slow is not taken for a dead one by the clients' probes and by
 // `correctables status`.
-func (s *Server) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusReply, error) {
+func (s *Server) Status(ctx context.Context, in *api.StatusRequest) (*api.StatusReply, error) {
+	if m := in.GetMinVv(); len(m) > 0 {
+		vv, err := checkMinVV(m)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if vv != nil {
+			return s.statusCovering(ctx, vv)
+		}
+	}
 	reply := make(chan *api.StatusReply, 1)
 	wait := time.NewTimer(statusWait)
 	defer wait.Stop()
