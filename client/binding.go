@@ -266,7 +266,9 @@ var errNoCall = errors.New("client: Call not implemented by the endpoint")
 func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
 	var rep *api.ViewReply
 	alone := true
-	if c.cfg.batchInflight > 0 && !e.noBatch.Load() {
+	// A read with a min_vv may wait at the replica: never in a batch,
+	// whose reply it would hold back.
+	if c.cfg.batchInflight > 0 && !e.noBatch.Load() && len(req.GetMinVv()) == 0 {
 		if size := proto.Size(req); size <= maxBatchedCall {
 			rep, sent, err = c.batchedCall(ctx, e, req, size, tr)
 			if err == errNoBatch {

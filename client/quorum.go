@@ -44,9 +44,10 @@ var quorumLevels = []correctable.Level{Quorum}
 //     then the nearest);
 //   - otherwise (each had received operations the others had not, the usual
 //     case under concurrent updates at several replicas), the read asks
-//     every replica that answered again, with a short backoff, until one's
-//     answer covers the union of the first answers' version vectors, and
-//     returns the first such answer. Gossip brings the missing operations;
+//     every replica that answered again, with the union of the first
+//     answers' version vectors as the request's min_vv (the replica runs
+//     the read once it has received all of it), and returns the first
+//     answer that covers the union. Gossip brings the missing operations;
 //     asking every replica of the majority, not only the nearest, keeps one
 //     slow link (a retransmission on a lossy network) off the read's path.
 //
@@ -62,8 +63,9 @@ var quorumLevels = []correctable.Level{Quorum}
 //
 // A quorum write is the weak protocol at the nearest replica (with the
 // failover of InvokeWeak), which gossips the update to the others at once;
-// the write then asks the other endpoints' Status, all at once and again
-// with a short backoff, until enough of them have received it that a
+// the write then asks the other endpoints' Status, all at once, with the
+// update's id as the request's min_vv (a replica answers once it has
+// received it, or after its wait bound), until enough of them have it that a
 // majority of the endpoints has (the origin counts). Its view is the weak
 // view, at level Quorum. Like a Cassandra write at QUORUM, it costs one
 // round trip more than a weak write and no consensus: the update's place in
@@ -255,21 +257,27 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	return nil
 }
 
-// catchUp asks every replica that answered a quorum read again, each with
-// its own backoff, until one answers with a state that covers want (the
-// union of the first answers' version vectors), and returns the first such
-// answer; an answer of the first round still on its way (late) counts too.
-// A replica that refuses the read before running it is asked again; one
-// that fails otherwise stops being asked; the read fails once none is
-// left, or when ctx ends.
+// catchUp asks every replica that answered a quorum read again, at once,
+// to run the read once it has received what want (the union of the first
+// answers' version vectors) counts (the request's min_vv: the replica
+// holds it until then, so the answer comes as soon as gossip has brought
+// the missing operations, with no polling), and returns the first answer
+// that covers want; an answer of the first round still on its way (late)
+// counts too. A replica that refuses the read before running it (it was
+// still behind after its wait bound) is asked again, and one that answers
+// without covering want (a replica that ignores min_vv) is polled with a
+// backoff; one that fails otherwise stops being asked; the read fails once
+// none is left, or when ctx ends.
 func (c *Client) catchUp(ctx context.Context, op Op, req *api.InvokeRequest, ls levelSet, got []quorumAnswer, late <-chan quorumAnswer, want Stamp, tr *OpTrace) (quorumAnswer, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the polls not waited for
+	req = proto.CloneOf(req)
+	req.MinVv = want.VV
 	answers := make(chan quorumAnswer, len(got))
 	for _, g := range got {
 		go func() {
 			backoff := quorumPollBackoff
-			for pollPause(pctx, &backoff) {
+			for first := true; first || pollPause(pctx, &backoff); first = false {
 				var t2 OpTrace
 				a := quorumAnswer{pos: g.pos, e: g.e}
 				_, _, a.err = c.invokeAt(pctx, g.e, req, ls, func(v correctable.View[Result]) error {
@@ -399,10 +407,11 @@ func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitte
 	return nil
 }
 
-// awaitReceived asks the Status of every endpoint but origin's, each with
-// its own backoff, until need distinct replicas other than the origin
-// report that they have received the operation id (their version vector
-// includes it). An endpoint whose Status fails is marked down and asked
+// awaitReceived asks the Status of every endpoint but origin's, with id as
+// min_vv (the replica answers once it has id, or at its wait bound), and
+// again with a backoff while an answer lacks id, until need distinct
+// replicas other than the origin report that they have received the
+// operation id (their version vector includes it). An endpoint whose Status fails is marked down and asked
 // again: it counts as unable to answer only once it has failed for
 // quorumUnavailableAfter (a blip of the connection does not fail a write
 // its origin has applied); the write fails with ErrUnavailable once fewer
@@ -429,7 +438,9 @@ func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin strin
 				if !first && !pollPause(pctx, &backoff) {
 					return
 				}
-				rep, err := e.store.Status(pctx, &api.StatusRequest{})
+				// The replica answers once it has the operation (or at
+				// its wait bound): no polling, unless it ignores min_vv.
+				rep, err := e.store.Status(pctx, &api.StatusRequest{MinVv: map[uint64]uint64{id.Origin: id.Seq}})
 				if pctx.Err() != nil {
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -286,6 +287,15 @@ func TestQuorumReadWaitsForACatchUp(t *testing.T) {
 	if string(v.Value.Value) != "a with b's" || reads.Load() != 3 || len(far.requests()) != 0 {
 		t.Fatalf("concurrent states: %q after %d reads at a (%d at the far one), want %q after 3 and none",
 			v.Value.Value, reads.Load(), len(far.requests()), "a with b's")
+	}
+	// The catch-up asks with the union of the first answers' version
+	// vectors as min_vv (a replica holds the read until it has it; this
+	// fake ignores it, so the client polls); the first round asks without.
+	want := map[uint64]uint64{1: 3, 2: 4}
+	for i, r := range a.requests() {
+		if got := r.GetMinVv(); (i == 0) != (len(got) == 0) || (i > 0 && !maps.Equal(got, want)) {
+			t.Errorf("read %d at a: min_vv %v, want none for the first and %v for the catch-up", i+1, got, want)
+		}
 	}
 }
 
