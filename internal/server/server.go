@@ -516,6 +516,9 @@ func (s *Server) loop() {
 				break drain
 			}
 		}
+		// The inputs may have brought what a waiting read's min_vv counts:
+		// it runs now, and its view goes out with this round's Ready.
+		s.runBehind()
 		readyAt := time.Now()
 		if err := s.drv.HandleReady(); err != nil {
 			// Fail-stop: the loop ends (done closes, so every request and
@@ -527,7 +530,7 @@ func (s *Server) loop() {
 		}
 		s.reportUnreachable()
 		s.unpark()
-		s.runBehind()
+		s.answerStatusBehind()
 		s.logLeader()
 		s.logSlowRound(start, readyAt)
 		s.logCatchUp()
@@ -714,13 +717,14 @@ func (s *Server) unpark() {
 }
 
 // runBehind runs the weak reads of behind whose min_vv the replica now
-// covers (operations arrive by gossip, anti-entropy or the log, in any
-// input of the loop, so it looks after every round), refuses those that
-// waited Config.MinVVWait (ErrBehind: nothing ran, the client may ask again
-// or elsewhere), and drops those whose caller has gone. Rounds come at
+// covers, refuses those that waited Config.MinVVWait (ErrBehind: nothing
+// ran, the client may ask again or elsewhere), and drops those whose
+// caller has gone. Operations arrive by gossip, anti-entropy or the log, in
+// the inputs of a round, so the loop looks before each round's Ready (a
+// read runs in the Ready of the round whose inputs covered it; one covered
+// by entries applied in a Ready runs in the next round). Rounds come at
 // least every tick, so a refusal is at most a tick late.
 func (s *Server) runBehind() {
-	s.answerStatusBehind()
 	if len(s.behind) == 0 {
 		return
 	}
@@ -753,7 +757,7 @@ type statusWaiter struct {
 // answerStatusBehind answers the Status calls of statusBehind whose min_vv
 // the replica now covers, or that waited Config.MinVVWait (with the
 // Status as it is: its vv says what is missing), and drops those whose
-// caller has gone.
+// caller has gone. The loop looks after each round's Ready.
 func (s *Server) answerStatusBehind() {
 	if len(s.statusBehind) == 0 {
 		return
