@@ -27,6 +27,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			ElseWrites: []*api.Write{{Key: "a", Delete: true}},
 		}}, Final: true, Strong: true},
 		{Op: &api.Op{Kind: 42}},
+		{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true, MinVv: map[uint64]uint64{1: 3, 2: 0}},
 	}
 	for _, s := range seeds {
 		b, err := proto.Marshal(s)
@@ -43,6 +44,23 @@ func FuzzDecodeRequest(f *testing.F) {
 		op, err := opFromAPI(req.GetOp())
 		if err != nil {
 			return
+		}
+		// min_vv: only a weak read of the preliminary view may carry one;
+		// what is accepted has no origin 0, no empty entry, at most
+		// MaxMinVV entries.
+		vv, err := minVVFromAPI(&req, op.ReadOnly())
+		weakRead := op.ReadOnly() && !req.GetStrong() && !req.GetFinal()
+		switch {
+		case err == nil && len(req.GetMinVv()) > 0 && !weakRead:
+			t.Fatalf("min_vv %v accepted on %+v", req.GetMinVv(), &req)
+		case err == nil && len(vv) > MaxMinVV:
+			t.Fatalf("min_vv of %d entries accepted", len(vv))
+		case err == nil:
+			for o, n := range vv {
+				if o == 0 || n == 0 {
+					t.Fatalf("min_vv %v accepted as %v", req.GetMinVv(), vv)
+				}
+			}
 		}
 		st := state.New(state.DefaultLimits())
 		st.Apply(state.Op{Kind: state.OpPut, Key: "a", Value: []byte("1")})
