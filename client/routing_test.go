@@ -20,7 +20,11 @@ func TestNearestEndpoint(t *testing.T) {
 	fast := &fakeStore{id: 2, prelim: resA}
 	slowAddr, _ := serve(t, slow)
 	fastAddr, _ := serve(t, fast)
-	c := dial(t, []string{slowAddr, fastAddr}) // the slow one listed first
+	// The slow one listed first. Nine probes each, not Dial's default three:
+	// the order is the median's, and on a loaded machine (the suite under
+	// -race with both cores busy) a probe of the fast one can be held for
+	// tens of milliseconds too.
+	c := dial(t, []string{slowAddr, fastAddr}, client.WithInitialProbes(9))
 
 	eps := c.Endpoints()
 	if eps[0].Address != fastAddr || eps[0].Replica != 2 || !eps[0].Healthy || !eps[1].Healthy {
@@ -65,7 +69,7 @@ func TestFailover(t *testing.T) {
 	far := &fakeStore{id: 2, final: resB, delay: 20 * time.Millisecond}
 	nearAddr, nearSrv := serve(t, near)
 	farAddr, _ := serve(t, far)
-	c := dial(t, []string{farAddr, nearAddr})
+	c := dial(t, []string{farAddr, nearAddr}, client.WithInitialProbes(9)) // as in TestNearestEndpoint
 	if c.Endpoints()[0].Address != nearAddr {
 		t.Fatalf("Endpoints = %+v, want %s first", c.Endpoints(), nearAddr)
 	}
