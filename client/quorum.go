@@ -411,11 +411,11 @@ func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitte
 // min_vv (the replica answers once it has id, or at its wait bound), and
 // again with a backoff while an answer lacks id, until need distinct
 // replicas other than the origin report that they have received the
-// operation id (their version vector includes it). An endpoint whose Status fails is marked down and asked
-// again: it counts as unable to answer only once it has failed for
-// quorumUnavailableAfter (a blip of the connection does not fail a write
-// its origin has applied); the write fails with ErrUnavailable once fewer
-// endpoints than it needs can answer.
+// operation id (their version vector includes it). An endpoint whose
+// Status fails is marked down and asked again: it counts as unable to
+// answer only once it has failed for quorumUnavailableAfter (a blip of the
+// connection does not fail a write its origin has applied); the write
+// fails with ErrUnavailable once fewer endpoints than it needs can answer.
 func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin string, route []*endpoint, need int, tr *OpTrace) error {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
