@@ -59,30 +59,17 @@ func TestWeakReadWaitsForMinVV(t *testing.T) {
 	if v, err := c1.Call(ctx, &api.InvokeRequest{Op: get, Preliminary: true}); err != nil || v.GetResult().GetFound() {
 		t.Fatalf("replica 1 has replica %d's write before the cut heals (the cut does not hold): %v %v", x, v, err)
 	}
-	type answer struct {
-		v   *api.ViewReply
-		err error
-		at  time.Time
-	}
-	got := make(chan answer, 1)
-	go func() {
-		v, err := c1.Call(ctx, &api.InvokeRequest{Op: get, Preliminary: true, MinVv: map[uint64]uint64{x: id.GetSeq()}})
-		got <- answer{v, err, time.Now()}
-	}()
-	type statusAnswer struct {
-		r   *api.StatusReply
-		err error
-		at  time.Time
-	}
-	gotStatus := make(chan statusAnswer, 1)
-	go func() {
-		r, err := c1.Status(ctx, &api.StatusRequest{MinVv: map[uint64]uint64{x: id.GetSeq()}})
-		gotStatus <- statusAnswer{r, err, time.Now()}
-	}()
+	minVV := map[uint64]uint64{x: id.GetSeq()}
+	got := inBackground(func() (*api.ViewReply, error) {
+		return c1.Call(ctx, &api.InvokeRequest{Op: get, Preliminary: true, MinVv: minVV})
+	})
+	gotStatus := inBackground(func() (*api.StatusReply, error) {
+		return c1.Status(ctx, &api.StatusRequest{MinVv: minVV})
+	})
 	// Let the read reach replica 1 and wait there, then heal the cut.
 	select {
 	case a := <-got:
-		t.Fatalf("the read with min_vv {%d: %d} answered while replica 1 could not have the write: %v %v", x, id.GetSeq(), a.v, a.err)
+		t.Fatalf("the read with min_vv {%d: %d} answered while replica 1 could not have the write: %v %v", x, id.GetSeq(), a.r, a.err)
 	case a := <-gotStatus:
 		t.Fatalf("Status with min_vv {%d: %d} answered while replica 1 could not have the write: %v %v", x, id.GetSeq(), a.r, a.err)
 	case <-time.After(300 * time.Millisecond):
@@ -96,10 +83,10 @@ func TestWeakReadWaitsForMinVV(t *testing.T) {
 	if a.at.Before(healed) {
 		t.Errorf("the read answered at %v, before the cut healed at %v", a.at, healed)
 	}
-	if string(a.v.GetResult().GetValue()) != "from-3" {
-		t.Errorf("the read with min_vv {%d: %d} got %v, want replica %d's value", x, id.GetSeq(), a.v.GetResult(), x)
+	if string(a.r.GetResult().GetValue()) != "from-3" {
+		t.Errorf("the read with min_vv {%d: %d} got %v, want replica %d's value", x, id.GetSeq(), a.r.GetResult(), x)
 	}
-	if s := a.v.GetStamp().GetVv()[x]; s < id.GetSeq() {
+	if s := a.r.GetStamp().GetVv()[x]; s < id.GetSeq() {
 		t.Errorf("the read's stamp counts %d operations of replica %d, want at least %d", s, x, id.GetSeq())
 	}
 	sa := <-gotStatus
@@ -109,6 +96,24 @@ func TestWeakReadWaitsForMinVV(t *testing.T) {
 	if sa.at.Before(healed) || sa.r.GetVv()[x] < id.GetSeq() {
 		t.Errorf("Status with min_vv {%d: %d} answered at %v (the cut healed at %v) with vv %v", x, id.GetSeq(), sa.at, healed, sa.r.GetVv())
 	}
+}
+
+// answered is a call's reply or error and when it came (inBackground).
+type answered[R any] struct {
+	r   R
+	err error
+	at  time.Time
+}
+
+// inBackground makes the call f in a goroutine and returns where its
+// answer comes.
+func inBackground[R any](f func() (R, error)) <-chan answered[R] {
+	out := make(chan answered[R], 1)
+	go func() {
+		r, err := f()
+		out <- answered[R]{r, err, time.Now()}
+	}()
+	return out
 }
 
 // A replica that does not receive what a read's min_vv counts within

@@ -725,11 +725,7 @@ func (s *Server) unpark() {
 // by entries applied in a Ready runs in the next round). Rounds come at
 // least every tick, so a refusal is at most a tick late.
 func (s *Server) runBehind() {
-	if len(s.behind) == 0 {
-		return
-	}
-	keep := s.behind[:0]
-	for _, req := range s.behind {
+	s.behind = slices.DeleteFunc(s.behind, func(req *request) bool {
 		switch {
 		case req.ctx.Err() != nil:
 			req.out <- outcome{err: req.ctx.Err()} // its invoke has returned; the channel has room
@@ -738,11 +734,10 @@ func (s *Server) runBehind() {
 		case time.Since(req.behindSince) >= s.cfg.MinVVWait:
 			s.answer(req, fmt.Errorf("%w (waited %v)", ErrBehind, s.cfg.MinVVWait.Round(time.Millisecond)))
 		default:
-			keep = append(keep, req)
+			return false
 		}
-	}
-	clear(s.behind[len(keep):])
-	s.behind = keep
+		return true
+	})
 }
 
 // statusWaiter is a Status call with a min_vv the replica did not cover
@@ -759,22 +754,16 @@ type statusWaiter struct {
 // Status as it is: its vv says what is missing), and drops those whose
 // caller has gone. The loop looks after each round's Ready.
 func (s *Server) answerStatusBehind() {
-	if len(s.statusBehind) == 0 {
-		return
-	}
-	keep := s.statusBehind[:0]
-	for _, w := range s.statusBehind {
+	s.statusBehind = slices.DeleteFunc(s.statusBehind, func(w *statusWaiter) bool {
 		switch {
 		case w.ctx.Err() != nil:
 		case s.rep.Covers(w.minVV) || time.Since(w.since) >= s.cfg.MinVVWait:
 			w.reply <- s.statusReply()
 		default:
-			keep = append(keep, w)
-			continue
+			return false
 		}
-	}
-	clear(s.statusBehind[len(keep):])
-	s.statusBehind = keep
+		return true
+	})
 }
 
 // statusCovering answers a Status call with a min_vv (api.StatusRequest)
