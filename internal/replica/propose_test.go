@@ -233,3 +233,52 @@ func TestRetryProposesPendingStrongOperationsTogether(t *testing.T) {
 		t.Fatalf("the retried entry holds %d operations; want %d", len(e.Ops), n)
 	}
 }
+
+// The periodic no-op carries the operations of another origin only once they
+// are stale (4*NoopTicks since they arrived, Creek §4.4's no-op committing
+// what a crashed origin left): until then their origin proposes them itself,
+// and a copy in another replica's entry is a duplicate that every replica
+// writes, sends and skips at commit. Once the origin falls silent, the others
+// commit what it gossiped.
+func TestNoopCarriesForeignOperationsOnlyOnceStale(t *testing.T) {
+	tr := newTrio(t, nil)
+	lead := electTrio(t, tr)
+	o := lead%3 + 1 // the origin, a follower
+	f := 6 - lead - o
+	put := func(at uint64, seq uint64) {
+		t.Helper()
+		if err := tr.r[at].Submit(ClientRequest{Client: at, Seq: seq, Want: WantStable,
+			Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", at, "-", seq), Value: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+		tr.mustDrive(at)
+	}
+	// Both followers take weak puts; every replica gets the gossip at once.
+	for s := uint64(1); s <= 3; s++ {
+		put(o, s)
+		put(f, s)
+	}
+	tr.deliver()
+	for i := 0; tr.stable[o] < 3 || tr.stable[f] < 3; i++ {
+		if i > 100 {
+			t.Fatalf("after 100 ticks: %d and %d of 3 puts committed at %d and %d", tr.stable[o], tr.stable[f], o, f)
+		}
+		tr.tick()
+	}
+	for id, r := range tr.r {
+		if d := r.Stats().Duplicates; d != 0 {
+			t.Errorf("replica %d skipped %d duplicate operations at commit; want 0 (a no-op carried another origin's fresh operations)", id, d)
+		}
+	}
+	// The origin falls silent after gossiping one more put: f and the leader
+	// commit it once it is stale.
+	put(o, 4)
+	tr.deliver()
+	silent := func(m Message) bool { return m.From == o || m.To == o }
+	for i := 0; tr.r[f].committedVV[o] < 4; i++ {
+		if i > 10*tr.r[f].cfg.NoopTicks {
+			t.Fatalf("%d ticks after its origin fell silent, %d.4 is not committed at %d", i, o, f)
+		}
+		tr.tickExcept(silent)
+	}
+}

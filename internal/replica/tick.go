@@ -42,16 +42,23 @@ func (r *Replica) Tick() {
 	}
 }
 
-// staleForeign reports whether an operation of another origin has waited
-// 4*NoopTicks for commit here: its origin's own no-op should have committed
-// it by then, so the origin may be down.
+// staleForeign reports whether an operation of another origin waits for
+// commit here and is stale (foreignStale).
 func (r *Replica) staleForeign() bool {
 	for _, e := range r.tentative {
-		if !e.committed && e.req.ID.Origin != r.cfg.ID && r.ticks-r.arrived[e.req.ID] >= 4*r.cfg.NoopTicks {
+		if !e.committed && e.req.ID.Origin != r.cfg.ID && r.foreignStale(e.req.ID) {
 			return true
 		}
 	}
 	return false
+}
+
+// foreignStale reports whether an operation of another origin has waited
+// 4*NoopTicks for commit since it arrived here: its origin's own no-op
+// should have committed it by then, so the origin may be down, and any
+// replica may carry it into the log.
+func (r *Replica) foreignStale(id OpID) bool {
+	return r.ticks-r.arrived[id] >= 4*r.cfg.NoopTicks
 }
 
 // checkLeader notices a new leader: what was proposed or asked without one
