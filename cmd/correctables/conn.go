@@ -170,9 +170,15 @@ func (f *connFlags) dial(ctx context.Context) (*client.Client, error) {
 			}
 		}
 	}
+	// The dial gives up at --dial-timeout or at the command's deadline,
+	// whichever comes first; an error names the one that did.
+	bound, flag := f.dialTimeout, "--dial-timeout"
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < bound {
+		bound, flag = min(f.commandTimeout, bound), "--command-timeout"
+	}
 	c, err := client.Dial(ctx, eps, opts...)
 	if err != nil {
-		return nil, dialError(eps, f.dialTimeout, err)
+		return nil, dialError(eps, bound, flag, err)
 	}
 	return c, nil
 }

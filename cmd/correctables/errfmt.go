@@ -83,11 +83,12 @@ func unreachable(msg string) string {
 	return shorten(strings.Join(parts, "; "))
 }
 
-// dialError is the one line for a client that could not connect.
-func dialError(eps []string, timeout time.Duration, err error) error {
+// dialError is the one line for a client that could not connect within
+// timeout, the bound that flag set.
+func dialError(eps []string, timeout time.Duration, flag string, err error) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("client: no replica of %s answered within %v (--dial-timeout, --command-timeout)", strings.Join(eps, ","), timeout)
+		return fmt.Errorf("client: no replica of %s answered within %v (%s)", strings.Join(eps, ","), timeout, flag)
 	case errors.Is(err, client.ErrInvalidArgument):
 		msg := err.Error()
 		if i := strings.LastIndex(msg, "invalid argument: "); i >= 0 {
