@@ -9,14 +9,19 @@ import (
 	"time"
 )
 
-// mutationSeeds bounds the search for seeds that catch a mutation: 20 by
-// default (seeds 10 and 14 catch it through the checkers), 60 with
-// CORRECTABLES_LONG=1 (make test-long).
+// mutationSeeds bounds the search for seeds that catch a mutation: 120 by
+// default, 300 with CORRECTABLES_LONG=1 (make test-long). About two seeds in
+// three catch a driver that acknowledges before syncing, most through
+// raft's panic on a lost log and about one in fourteen through the history
+// checkers (22 of seeds 1..300); which seeds those are moves whenever the
+// protocol's timing does (a change to when the no-op proposes took seed 6
+// out of them and put 52 in), so the budget holds several (52, 94, 109 and
+// 112 of 1..120).
 var mutationSeeds = func() uint64 {
 	if os.Getenv("CORRECTABLES_LONG") != "" {
-		return 60
+		return 300
 	}
-	return 20
+	return 120
 }()
 
 func noSyncOptions(seed uint64) Options {
