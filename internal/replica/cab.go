@@ -106,11 +106,17 @@ func reqSize(q *Req) int {
 // proposeNoop commits this replica's tentative operations without a client
 // operation (the periodic strong no-op of Creek §4.4): the oldest
 // MaxEntryBytes of them; the next period takes the next. Operations of
-// other origins go in only once stale (foreignStale): until then their
-// origin proposes them itself, and an entry of ours would carry them into
-// the log a second time (a duplicate every replica writes, sends and skips).
+// other origins go in too, fresh ones included, though their origin
+// proposes them itself and the copy that commits second is a duplicate
+// every replica writes and skips: the entry puts them in timestamp order
+// with this replica's own, and so the commit order follows real time
+// (TestCommitOrderFollowsTimestampsAcrossOrigins). Left to their origins'
+// no-ops, two puts of a key from two replicas committed in the order of
+// those no-ops' phases, 50 ms apart at most, and a state then reverted the
+// key to the earlier put: weak and quorum reads returned ten times as many
+// stale values (docs/benchmarks.md, "The no-op and the commit order").
 func (r *Replica) proposeNoop() {
-	ops := r.tentativeToPropose(true)
+	ops := r.tentativeToPropose()
 	if chunks := r.chunks(ops); len(chunks) > 0 {
 		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunks[0]})
 	}
@@ -121,10 +127,8 @@ func (r *Replica) proposeNoop() {
 // whose causal context this replica does not hold (after a restart lost
 // what gossip had brought) cannot go in, nor anything after it from its
 // origin: commit would skip them anyway. Nor can an own operation a leader
-// has not made durable (proposable), nor one proposed a moment ago. With
-// staleOnly, an operation of another origin goes in only once stale, and
-// nothing after it from that origin.
-func (r *Replica) tentativeToPropose(staleOnly bool) []*Req {
+// has not made durable (proposable), nor one proposed a moment ago.
+func (r *Replica) tentativeToPropose() []*Req {
 	var all []*Req
 	for _, e := range r.tentative {
 		if !e.committed {
@@ -136,8 +140,7 @@ func (r *Replica) tentativeToPropose(staleOnly bool) []*Req {
 	var ops []*Req
 	blocked := map[uint64]bool{}
 	for _, q := range all {
-		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) || (q.ID.Origin == r.cfg.ID && q.ID.Seq > r.proposable()) ||
-			(staleOnly && q.ID.Origin != r.cfg.ID && !r.foreignStale(q.ID)) {
+		if blocked[q.ID.Origin] || (q.Strong && !r.vv.Covers(q.Ctx)) || (q.ID.Origin == r.cfg.ID && q.ID.Seq > r.proposable()) {
 			blocked[q.ID.Origin] = true
 			continue
 		}

@@ -165,7 +165,7 @@ func (r *Replica) drainTick() {
 // tentative operation that may go in an entry now, in entries of at most
 // MaxEntryBytes.
 func (r *Replica) proposeAllTentative() {
-	ops := r.tentativeToPropose(false)
+	ops := r.tentativeToPropose()
 	for _, chunk := range r.chunks(ops) {
 		r.proposeEntry(entry{Proposer: r.cfg.ID, Ops: chunk})
 	}
