@@ -87,6 +87,44 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*pendingCall
 	inflight int // calls and batches in flight
+	// outstanding counts the operations in batchedCall: in a call or a
+	// batch in flight, or queued.
+	outstanding int
+}
+
+// adaptiveOutstanding: with the default batching (WithCallBatching not
+// set), once more than this many operations of one kind are outstanding
+// to one replica, one call or batch at a time goes to it instead of
+// DefaultBatchInflight: the operations that queue meanwhile go in one
+// batch per round trip rather than in one of several smaller ones, each
+// costing both ends a call. Below it, an operation goes at once as its own
+// call, as before: at a few outstanding, waiting a round trip behind the
+// one call in flight cost more than the calls saved.
+const adaptiveOutstanding = 2 * DefaultBatchInflight
+
+// limit returns how many calls and batches of b may be in flight. b.mu is
+// held.
+func (c *Client) limit(b *batcher) int {
+	if !c.cfg.batchSet && b.outstanding > adaptiveOutstanding {
+		return 1
+	}
+	return c.cfg.batchInflight
+}
+
+// next, called as a call or batch of b returns, takes the queue as the
+// next batch to send on the slot it frees, or frees the slot: when the
+// queue is empty, or when more are in flight than limit allows (another
+// one still in flight will take the queue). b.mu is held.
+func (c *Client) next(b *batcher) ([]*pendingCall, *sentBatch) {
+	if b.inflight > c.limit(b) {
+		b.inflight--
+		return nil, nil
+	}
+	batch, sb := b.take()
+	if len(batch) == 0 {
+		b.inflight--
+	}
+	return batch, sb
 }
 
 // pendingCall states.
@@ -136,7 +174,13 @@ func (b *sentBatch) abandon() {
 func (c *Client) batchedCall(ctx context.Context, e *endpoint, req *api.InvokeRequest, size int, tr *OpTrace) (*api.ViewReply, bool, error) {
 	b := &e.batchers[batchKind(req)]
 	b.mu.Lock()
-	if b.inflight < c.cfg.batchInflight {
+	b.outstanding++
+	defer func() {
+		b.mu.Lock()
+		b.outstanding--
+		b.mu.Unlock()
+	}()
+	if b.inflight < c.limit(b) {
 		b.inflight++
 		b.mu.Unlock()
 		rep, sent, err := c.unaryCall(ctx, e, req, tr)
@@ -208,10 +252,7 @@ func (b *batcher) remove(pc *pendingCall) {
 // goroutine of its own, or frees the slot.
 func (c *Client) batchDone(e *endpoint, b *batcher) {
 	b.mu.Lock()
-	batch, sb := b.take()
-	if len(batch) == 0 {
-		b.inflight--
-	}
+	batch, sb := c.next(b)
 	b.mu.Unlock()
 	if len(batch) > 0 {
 		go c.sendBatch(e, b, batch, sb)
@@ -327,10 +368,7 @@ func (c *Client) sendBatch(e *endpoint, b *batcher, batch []*pendingCall, sb *se
 			close(pc.done)
 		}
 		b.mu.Lock()
-		batch, sb = b.take()
-		if len(batch) == 0 {
-			b.inflight--
-		}
+		batch, sb = c.next(b)
 		b.mu.Unlock()
 	}
 }

@@ -173,6 +173,49 @@ func TestCallBatchingOff(t *testing.T) {
 	}
 }
 
+// TestDefaultBatchingSendsOneAtATimeUnderLoad: with the default batching,
+// operations go as their own calls, up to DefaultBatchInflight at once;
+// once more than twice that are outstanding, a call that returns frees its
+// slot instead of carrying the queue, and the queue goes as one batch when
+// the last call in flight returns.
+func TestDefaultBatchingSendsOneAtATimeUnderLoad(t *testing.T) {
+	f := &fakeStore{prelim: resA, gate: make(chan struct{}), batch: true}
+	addr, _ := serve(t, f)
+	c := dial(t, []string{addr}) // default batching
+	var alone, queued []*correctable.Correctable[client.Result]
+	for i := range client.DefaultBatchInflight {
+		alone = append(alone, c.InvokeWeak(t.Context(), client.Get(fmt.Sprint("a", i))))
+	}
+	waitFor(t, "the calls alone to reach the fake", func() bool { return len(f.requests()) == client.DefaultBatchInflight })
+	const n = 6 // outstanding: 4 + 6 > 8
+	for i := range n {
+		queued = append(queued, c.InvokeWeak(t.Context(), client.Get(fmt.Sprint("q", i))))
+	}
+	waitFor(t, "the gets to queue", func() bool { return client.QueuedCalls(c) == n })
+	f.gate <- struct{}{} // one call alone returns
+	waitFor(t, "a call alone to return", func() bool {
+		for _, cr := range alone {
+			if _, ok := cr.Latest(); ok {
+				return true
+			}
+		}
+		return false
+	})
+	if q, b := client.QueuedCalls(c), f.batchSizes(); q != n || len(b) != 0 {
+		t.Fatalf("after one of %d calls returned with %d outstanding: %d queued and batches %v, want %d queued and none sent (the others in flight take them)",
+			client.DefaultBatchInflight, client.DefaultBatchInflight+n, q, b, n)
+	}
+	close(f.gate)
+	for i, cr := range append(alone, queued...) {
+		if v, err := final(t, cr); err != nil || string(v.Value.Value) != "alpha" {
+			t.Fatalf("get %d: %+v %v", i, v, err)
+		}
+	}
+	if got := f.batchSizes(); !slices.Equal(got, []int{n}) {
+		t.Errorf("batches %v, want one of the %d queued gets", got, n)
+	}
+}
+
 // TestReadsDoNotQueueBehindUpdates: reads and updates queue apart, so a
 // weak get goes at once while the weak puts in flight are held (as a busy
 // replica parks updates) and more wait behind them.

@@ -137,7 +137,12 @@ func WithoutConfirmations() Option { return func(c *config) { c.noConfirm = true
 // before the next ones wait and go together as one CallBatch when a call
 // returns (default DefaultBatchInflight). Batching costs an operation
 // nothing while fewer are in flight, and under heavy load saves both the
-// client and the replicas most of each call's cost. 0 turns it off: every
+// client and the replicas most of each call's cost. Unless set, the limit
+// adapts: once more than 2*DefaultBatchInflight operations of one kind are
+// outstanding to a replica, one call or batch at a time goes to it, so
+// that what queues meanwhile goes in one batch per round trip rather than
+// in several smaller ones (a value set here is kept whatever the load). 0
+// turns it off: every
 // operation is its own call. Operations that ask for both views (Invoke)
 // are never batched, nor a request over 64 KiB. Reads and updates queue
 // apart, so that a read never waits behind an update a busy replica holds
