@@ -226,7 +226,7 @@ operators do), or it fills its 2 GiB quota and refuses writes.
 	fl.StringVar(&f.endpoints, "endpoints", "", "run against this running cluster (comma-separated host:port)")
 	fl.StringVar(&f.serverPIDs, "server-pids", "", "with --endpoints: the servers' process ids, to report their CPU and RSS")
 	fl.StringVar(&f.peer, "peer", "", "also run every row against a three-member etcd cluster: etcd")
-	fl.IntVar(&f.callBatching, "call-batching", -1, fmt.Sprintf("single-view operations of a kind in flight to a replica, each as its own call, before the next go together as one CallBatch (client.WithCallBatching; 0: never batch; default %d)", client.DefaultBatchInflight))
+	fl.IntVar(&f.callBatching, "call-batching", -1, fmt.Sprintf("single-view operations of a kind in flight to a replica, each as its own call, before the next go together as one CallBatch (client.WithCallBatching; 0: never batch; default: the client's, %d, and 1 past %d outstanding)", client.DefaultBatchInflight, 2*client.DefaultBatchInflight))
 	fl.DurationVar(&f.etcdCompaction, "etcd-auto-compaction", 0, "with --peer etcd: etcd's periodic auto-compaction retention, e.g. 10s (0: none, etcd's default)")
 	fl.BoolVar(&f.inProcess, "in-process", false, "run our cluster in this process (internal/cluster) instead of three serve processes")
 	fl.Float64Var(&f.cpqP, "cpq", 0, "mode cpq: probability that a read runs at the strong level (CPQ §1)")
