@@ -270,10 +270,7 @@ func checkDurableKeys(t *testing.T, records []history.Record, finals map[string]
 		}
 	}
 	for k, tl := range incrs {
-		got := finals[k].Int
-		if s := string(finals[k].Value); s != "" {
-			fmt.Sscan(s, &got)
-		}
+		got := counterValue(finals[k])
 		if !finals[k].Found && tl.acked > 0 {
 			t.Errorf("durability: %s is absent at the end, but %d increments were acknowledged", k, tl.acked)
 			continue
@@ -325,4 +322,14 @@ func checkWeakReads(t *testing.T, records []history.Record) {
 			}
 		}
 	}
+}
+
+// counterValue is the integer a read of a counter returned: its value's
+// decimal digits, else its Int (0 if absent).
+func counterValue(res client.Result) int64 {
+	n := res.Int
+	if s := string(res.Value); s != "" {
+		fmt.Sscan(s, &n)
+	}
+	return n
 }

@@ -595,17 +595,6 @@ func dropWithoutEffect(records []history.Record, finals map[string]client.Result
 	return kept, len(records) - len(kept)
 }
 
-// counterValue is the integer a read of a counter returned (0 if absent).
-func counterValue(res client.Result) int64 {
-	n := res.Int
-	if s := string(res.Value); s != "" {
-		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
-			n = v
-		}
-	}
-	return n
-}
-
 // dropWithoutEffect leaves out exactly the pending writes shown to have had
 // no effect, and keeps every other record.
 func TestDropWithoutEffect(t *testing.T) {
