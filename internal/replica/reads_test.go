@@ -66,3 +66,78 @@ func TestStrongReadsShareTheReadIndexInFlight(t *testing.T) {
 		t.Errorf("%d executions for three strong reads of the final view; want 3", n)
 	}
 }
+
+// ReadNow serves a weak read off the Ready cycle only when every operation
+// of the state it reads has been handed out in a Ready to persist: a put
+// submitted since the last Ready makes it decline (the owner submits the
+// read as usual), and once that Ready is taken it serves the put's value,
+// the same view Submit would emit. It declines strong reads, reads that
+// ask for a final view, updates and an uncovered min_vv, and refuses what
+// Submit refuses.
+func TestReadNowOnlyReadsWhatAReadyHandedOut(t *testing.T) {
+	tr := newTrio(t, nil)
+	tr.elect()
+	r := tr.r[2]
+	get := ClientRequest{Client: 1, Seq: 9, Want: WantTentative, Op: state.Op{Kind: state.OpGet, Key: "k"}}
+	if err := r.Submit(ClientRequest{Client: 1, Seq: 1, Want: WantTentative, Op: state.Op{Kind: state.OpPut, Key: "k", Value: []byte("v1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := r.ReadNow(get, nil); ok || err != nil {
+		t.Fatalf("ReadNow served a read (ok %v, err %v) while a put it would read waits for its Ready", ok, err)
+	}
+	rd, err := r.Ready() // the driver persists rd.Persist (the put) next
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Persist) != 1 {
+		t.Fatalf("the Ready persists %d operations; want the put", len(rd.Persist))
+	}
+	v, ok, err := r.ReadNow(get, nil)
+	if !ok || err != nil {
+		t.Fatalf("ReadNow declined (ok %v, err %v) once the put's Ready was handed out", ok, err)
+	}
+	if !v.Result.Found || string(v.Result.Value) != "v1" || !v.Last || v.Stable || v.Client != 1 || v.Seq != 9 {
+		t.Fatalf("view %+v; want the put's value v1, tentative, last, for client 1 seq 9", v)
+	}
+	if v.Stamp.VV[2] != 1 {
+		t.Fatalf("the view's stamp counts %d operations of replica 2; want 1 (the put)", v.Stamp.VV[2])
+	}
+	r.Advance(rd)
+	// The same read through Submit gives the same view.
+	if err := r.Submit(get); err != nil {
+		t.Fatal(err)
+	}
+	rd, err = r.Ready()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Views) != 1 || string(rd.Views[0].Result.Value) != "v1" || !rd.Views[0].Last {
+		t.Fatalf("Submit's views %+v; want one, the put's value", rd.Views)
+	}
+	r.Advance(rd)
+	for _, c := range []struct {
+		name  string
+		cr    ClientRequest
+		minVV VV
+	}{
+		{"a strong read", ClientRequest{Strong: true, Want: WantTentative, Op: get.Op}, nil},
+		{"a read that asks for a final view", ClientRequest{Want: WantTentative | WantStable, Op: get.Op}, nil},
+		{"a put", ClientRequest{Want: WantTentative, Op: state.Op{Kind: state.OpPut, Key: "k", Value: []byte("x")}}, nil},
+		{"a min_vv not covered", get, VV{3: 1}},
+	} {
+		if _, ok, err := r.ReadNow(c.cr, c.minVV); ok || err != nil {
+			t.Errorf("%s: ReadNow served it (ok %v, err %v); want it declined", c.name, ok, err)
+		}
+	}
+	if _, ok, err := r.ReadNow(get, VV{2: 1}); !ok || err != nil {
+		t.Errorf("a covered min_vv: ok %v, err %v; want it served", ok, err)
+	}
+	bad := ClientRequest{Want: WantTentative, Op: state.Op{Kind: state.OpGet, Key: string(make([]byte, 1<<20))}}
+	_, ok, err = r.ReadNow(bad, nil)
+	if subErr := r.Submit(bad); ok || err == nil || subErr == nil || err.Error() != subErr.Error() {
+		t.Fatalf("an oversized key: ReadNow ok %v err %v, Submit %v; want the same refusal", ok, err, subErr)
+	}
+	if r.Stats().Reads != 3 {
+		t.Fatalf("%d reads counted; want 3 (two off the cycle, one submitted)", r.Stats().Reads)
+	}
+}

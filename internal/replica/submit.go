@@ -169,3 +169,35 @@ func (r *Replica) serveReads() {
 		})
 	}
 }
+
+// ReadNow serves a weak read at once, outside the Ready cycle: the view
+// Submit would emit for it (Creek §4.4: a weak read executes on the
+// tentative state and sends nothing), returned instead of emitted. It is
+// for an owner that runs weak reads on its requests' goroutines while its
+// loop waits for a write to sync (the server), holding the replica
+// exclusively meanwhile, as it holds it for every other call.
+//
+// What the view shows must be durable before the owner delivers it, as
+// for a view that comes out of Ready: ReadNow serves the read (ok) only
+// when every operation of the state it reads has been handed out in a
+// Ready to persist, so that the owner needs to wait for nothing but the
+// write in progress, if any. Otherwise (an operation submitted since the
+// last Ready, or a min_vv the replica does not cover yet) it reports
+// false and serves nothing: the owner submits the request as usual. It
+// refuses what Submit would refuse, with the same errors.
+func (r *Replica) ReadNow(cr ClientRequest, minVV VV) (v View, ok bool, err error) {
+	if !cr.Op.ReadOnly() || cr.Strong || cr.Want != WantTentative {
+		return View{}, false, nil
+	}
+	if r.Draining(r.cfg.ID) {
+		return View{}, false, ErrDraining
+	}
+	if err := cr.Op.Validate(r.cfg.Limits); err != nil {
+		return View{}, false, fmt.Errorf("%w: %w", ErrInvalidOp, err)
+	}
+	if len(r.out.Persist) > 0 || (minVV != nil && !r.vv.Covers(minVV)) {
+		return View{}, false, nil
+	}
+	res := r.execRead(cr.Op)
+	return View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: true, Stamp: r.stamp()}, true, nil
+}

@@ -32,7 +32,9 @@ type Metrics struct {
 	dups, dupBytes prometheus.Counter
 	// stripped and strippedBytes count repeated probes sent without entries.
 	stripped, strippedBytes prometheus.Counter
-	seen                    replica.Stats
+	// readsNow counts the weak reads run off the loop (readnow.go).
+	readsNow prometheus.Counter
+	seen     replica.Stats
 
 	// The labelled series every operation or message touches, looked up
 	// once here instead of by label values (a hash and a map lookup under
@@ -95,7 +97,10 @@ func NewMetrics(reg prometheus.Registerer, replicaID string) *Metrics {
 	m.strippedBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "correctables_repeated_append_bytes_stripped_total", Help: "Bytes of entry data left out of the appends counted by correctables_repeated_appends_stripped_total.", ConstLabels: l,
 	})
-	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch, m.execs, m.rollbacks, m.dups, m.dupBytes, m.stripped, m.strippedBytes)
+	m.readsNow = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "correctables_reads_off_loop_total", Help: "Weak reads run on their requests' goroutines, while the event loop waited for a synced write or for input, rather than in a round of the loop.", ConstLabels: l,
+	})
+	reg.MustRegister(m.ops, m.viewLat, m.divergence, m.wire, m.dropped, m.saves, m.saveLat, m.batch, m.execs, m.rollbacks, m.dups, m.dupBytes, m.stripped, m.strippedBytes, m.readsNow)
 	m.opsWeak, m.opsStrong = m.ops.WithLabelValues("weak"), m.ops.WithLabelValues("strong")
 	m.latPrelim, m.latFinal = m.viewLat.WithLabelValues("preliminary"), m.viewLat.WithLabelValues("final")
 	m.confirmed, m.diverged = m.divergence.WithLabelValues("confirmed"), m.divergence.WithLabelValues("diverged")
@@ -103,6 +108,12 @@ func NewMetrics(reg prometheus.Registerer, replicaID string) *Metrics {
 	m.batchEntries, m.batchOwnOps = m.batch.WithLabelValues("entries"), m.batch.WithLabelValues("own_ops")
 	m.batchMessages, m.batchViews = m.batch.WithLabelValues("messages"), m.batch.WithLabelValues("views")
 	return m
+}
+
+func (m *Metrics) observeReadNow() {
+	if m != nil {
+		m.readsNow.Inc()
+	}
 }
 
 func (m *Metrics) observeView(strong bool, v replica.View, prelim *replica.View, elapsed time.Duration) {

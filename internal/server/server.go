@@ -219,6 +219,17 @@ type Server struct {
 	log *slog.Logger
 	rep *replica.Replica
 	drv *driver.Driver
+	// repMu is held by whoever works on rep: the loop, for all of a round
+	// but its synced write and its wait for input, and readNow (weak reads
+	// off the loop, readnow.go). repLocked: the loop holds it (the loop's
+	// own field); repClosed: the loop has ended; saveDone: closed once the
+	// write in progress has synced (nil when none is). The last two under
+	// repMu.
+	repMu     sync.Mutex
+	repLocked bool
+	repClosed bool
+	saveDone  chan struct{}
+	readsNow  atomic.Int64 // weak reads run off the loop
 
 	submit  chan *request
 	inbound chan replica.Message
@@ -326,7 +337,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.drv, err = driver.New(driver.Config{
-		Replica: rep, Storage: cfg.Storage, Send: s.send, Deliver: s.deliver,
+		Replica: rep, Storage: loopStorage{Storage: cfg.Storage, s: s}, Send: s.send, Deliver: s.deliver,
 		CompactMargin: uint64(cfg.CompactMargin), Logger: s.log, Observe: cfg.Metrics.observeRound,
 		Post: s.post,
 	})
@@ -461,6 +472,15 @@ func (s *Server) loopDone() <-chan struct{} {
 // fsync and one round of messages for the whole batch (group commit).
 func (s *Server) loop() {
 	defer close(s.done)
+	s.lockRep()
+	defer func() {
+		// Readers off the loop see the end before done closes.
+		if !s.repLocked {
+			s.lockRep() // a panic during a write, which runs unlocked
+		}
+		s.repClosed = true
+		s.unlockRep()
+	}()
 	defer func() {
 		// A panic in the core (raft panics on messages that contradict its
 		// log, e.g. forged by someone who reached the peer port) stops this
@@ -475,23 +495,30 @@ func (s *Server) loop() {
 	defer ticker.Stop()
 	for {
 		var start time.Time
+		s.unlockRep() // while it waits for input (readNow)
 		select {
 		case <-s.stop:
+			s.lockRep()
 			s.failWaiting()
 			return
 		case <-ticker.C:
+			s.lockRep()
 			start = time.Now()
 			s.rep.Tick()
 		case m := <-s.inbound:
+			s.lockRep()
 			start = time.Now()
 			s.step(m)
 		case req := <-s.submit:
+			s.lockRep()
 			start = time.Now()
 			s.submitOne(req)
 		case reply := <-s.status:
+			s.lockRep()
 			start = time.Now()
 			reply <- s.statusReply()
 		case f := <-s.do:
+			s.lockRep()
 			start = time.Now()
 			f(s.rep)
 		}
@@ -932,6 +959,10 @@ type call struct {
 	start  time.Time
 	prelim replica.View // the preliminary view, once sent
 	sent   bool         // prelim is set
+	// now, if set, is the view of a weak read run off the loop (readNow),
+	// to be sent once after (if not nil) is closed.
+	now   *outcome
+	after <-chan struct{}
 }
 
 // begin checks in, takes an inflight slot (or refuses with ErrOverloaded)
@@ -964,9 +995,20 @@ func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error
 	default:
 		return nil, ErrOverloaded
 	}
+	cr := replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want}
+	if want == replica.WantTentative && !cr.Strong && op.ReadOnly() {
+		o, after, ok, err := s.readNow(cr, minVV)
+		if err != nil {
+			<-s.inflight
+			return nil, err
+		}
+		if ok {
+			return &call{s: s, in: in, start: time.Now(), now: &o, after: after, req: &request{ctx: ctx, cr: cr}}, nil
+		}
+	}
 	c := &call{s: s, in: in, start: time.Now(), req: &request{
 		ctx:   ctx,
-		cr:    replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want},
+		cr:    cr,
 		out:   make(chan outcome, 2),
 		minVV: minVV,
 	}}
@@ -1029,27 +1071,21 @@ func (c *call) release() { <-c.s.inflight }
 // next waits for the call's next view and returns it as sent to the
 // client, and whether it is the last one the client asked for.
 func (c *call) next(ctx context.Context) (*api.ViewReply, bool, error) {
+	if o := c.now; o != nil {
+		// A weak read run off the loop: its view, once what it read is
+		// durable.
+		c.now = nil
+		if err := c.s.awaitDurable(ctx, c.after); err != nil {
+			return nil, false, err
+		}
+		return c.view(*o)
+	}
 	select {
 	case o, ok := <-c.req.out:
 		if !ok {
 			return nil, false, ErrStopped
 		}
-		if o.err != nil {
-			return nil, false, o.err
-		}
-		v := o.v
-		if v.Lost {
-			return nil, false, ErrResultLost
-		}
-		var p *replica.View
-		if c.sent {
-			p = &c.prelim
-		}
-		c.s.cfg.Metrics.observeView(c.in.GetStrong(), v, p, time.Since(c.start))
-		rep := viewToAPI(v, c.in.GetNoConfirmation())
-		last := v.Stable || !c.in.GetFinal()
-		c.prelim, c.sent = v, true
-		return rep, last, nil
+		return c.view(o)
 	case <-ctx.Done():
 		// The client went away; the loop drops the request when its final
 		// view comes (the channel is buffered for it).
@@ -1057,6 +1093,27 @@ func (c *call) next(ctx context.Context) (*api.ViewReply, bool, error) {
 	case <-c.s.done:
 		return nil, false, ErrStopped
 	}
+}
+
+// view returns what the loop (or readNow) had for the call as sent to the
+// client, and whether it is the last view the client asked for.
+func (c *call) view(o outcome) (*api.ViewReply, bool, error) {
+	if o.err != nil {
+		return nil, false, o.err
+	}
+	v := o.v
+	if v.Lost {
+		return nil, false, ErrResultLost
+	}
+	var p *replica.View
+	if c.sent {
+		p = &c.prelim
+	}
+	c.s.cfg.Metrics.observeView(c.in.GetStrong(), v, p, time.Since(c.start))
+	rep := viewToAPI(v, c.in.GetNoConfirmation())
+	last := v.Stable || !c.in.GetFinal()
+	c.prelim, c.sent = v, true
+	return rep, last, nil
 }
 
 // MaxCallBatch bounds the calls of one CallBatch.

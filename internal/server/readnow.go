@@ -1,0 +1,101 @@
+package server
+
+import (
+	"context"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/correctables/correctables/internal/replica"
+)
+
+// Weak reads off the loop.
+//
+// A weak read executes at once on the replica's tentative state and sends
+// nothing (Creek §4.4). Through the loop it waited for the round in
+// progress to end, often for that round's synced write (the loop takes no
+// input meanwhile), and then for a round of its own, with a synced write
+// of its own when that round persisted anything: a read that arrived
+// during a write waited for two. Now the request's own goroutine runs it
+// (readNow) while the loop waits for the disk, or while the loop waits for
+// input. The loop owns the replica as before, and shows it by holding
+// repMu for all of a round except the synced write (loopStorage.Save) and
+// its wait for input; a reader holds repMu for its execution only.
+//
+// The view shows only what is durable, as every view the loop delivers:
+// the replica serves the read only when every operation of its state has
+// been handed out in a Ready to persist (replica.ReadNow), and the reader
+// delivers the view once the write in progress, if any, has synced (the
+// write of that Ready). A read the replica cannot serve so (an operation
+// submitted since the last Ready, a min_vv not covered yet) goes to the
+// loop as before.
+
+// lockRep and unlockRep take and release the replica for the loop.
+func (s *Server) lockRep() {
+	s.repMu.Lock()
+	s.repLocked = true
+}
+
+func (s *Server) unlockRep() {
+	s.repLocked = false
+	s.repMu.Unlock()
+}
+
+// loopStorage is the storage the loop's driver writes through: it lets the
+// replica go while a Ready is written and synced, for readNow.
+type loopStorage struct {
+	Storage
+	s *Server
+}
+
+// Save implements driver.Storage: the replica is free during the write;
+// readers that read it meanwhile wait for saveDone, closed once the write
+// has synced (never if it failed: the loop then stops, and they see done).
+func (w loopStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, own []*replica.Req) error {
+	s := w.s
+	done := make(chan struct{})
+	s.saveDone = done
+	s.unlockRep()
+	err := w.Storage.Save(hs, ents, snap, own)
+	s.lockRep()
+	s.saveDone = nil
+	if err == nil {
+		close(done)
+	}
+	return err
+}
+
+// readNow runs a weak read that asks for its preliminary view only on the
+// replica, off the loop, if the replica can serve it so (see above): ok
+// reports it did, and then after, if not nil, is what the view waits for
+// before it may leave (the synced write in progress). A refusal (err) is
+// the one the loop would have given.
+func (s *Server) readNow(cr replica.ClientRequest, minVV replica.VV) (o outcome, after <-chan struct{}, ok bool, err error) {
+	s.repMu.Lock()
+	defer s.repMu.Unlock()
+	if s.repClosed {
+		return outcome{}, nil, false, ErrStopped
+	}
+	v, ok, err := s.rep.ReadNow(cr, minVV)
+	if err != nil || !ok {
+		return outcome{}, nil, false, err
+	}
+	s.readsNow.Add(1)
+	s.cfg.Metrics.observeReadNow()
+	return outcome{v: v}, s.saveDone, true, nil
+}
+
+// awaitDurable waits for after (the synced write a view read off the loop
+// depends on), the loop's end or ctx.
+func (s *Server) awaitDurable(ctx context.Context, after <-chan struct{}) error {
+	if after == nil {
+		return nil
+	}
+	select {
+	case <-after:
+		return nil
+	case <-s.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
