@@ -72,10 +72,11 @@ func (w loopStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 // the one the loop would have given.
 func (s *Server) readNow(cr replica.ClientRequest, minVV replica.VV) (o outcome, after <-chan struct{}, ok bool, err error) {
 	// Never wait for the replica: a loop in a round goes on unhindered
-	// and takes the read in it. Readers that queued on the mutex made the
-	// loop wait for them in turn, each to be scheduled (the mutex hands
-	// itself to a waiter that waited long): on two busy cores the loop
-	// then took half as many rounds, and weak reads had twice the latency.
+	// and takes the read in it. Readers queued on the mutex would make the
+	// loop, when it wants the replica back, wait for them in turn, each to
+	// be scheduled first (a mutex waited on for over a millisecond is
+	// handed to its waiters in order), and the loop is what every
+	// operation of the replica waits for.
 	if !s.repMu.TryLock() {
 		return outcome{}, nil, false, nil
 	}
