@@ -5,6 +5,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/internal/replica"
 )
 
@@ -107,4 +108,23 @@ func (s *Server) awaitDurable(ctx context.Context, after <-chan struct{}) error 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// statusNow answers a Status off the loop, as readNow runs a read: if the
+// replica is free (the loop waits for a synced write or for input) and
+// covers minVV (nil: nothing asked), the reply the loop would give now;
+// else nil, and the loop answers. A Status shows what the replica holds,
+// durable or not, as the loop's reply always has: a quorum write asks
+// its majority whether they have received it (client.InvokeQuorum), and
+// their answer no longer waits for their writes in progress.
+func (s *Server) statusNow(minVV replica.VV) *api.StatusReply {
+	if !s.repMu.TryLock() {
+		return nil
+	}
+	defer s.repMu.Unlock()
+	if s.repClosed || (minVV != nil && !s.rep.Covers(minVV)) {
+		return nil
+	}
+	s.statusesNow.Add(1)
+	return s.statusReply()
 }

@@ -96,6 +96,25 @@ func TestWeakReadDuringAWriteWaitsForItsSyncOnly(t *testing.T) {
 	if n := len(s.submit); n != 0 {
 		t.Fatalf("%d requests queue for the loop; want none (the reads ran off it)", n)
 	}
+	// A Status is answered off the loop too, with what the replica holds
+	// (the put being written), not the Status the loop published before
+	// it.
+	st, err := c.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetVv()[1] != 2 || s.statusesNow.Load() == 0 {
+		t.Fatalf("Status during the write: vv %v, %d answered off the loop; want the put counted (2), off the loop", st.GetVv(), s.statusesNow.Load())
+	}
+	// One with a min_vv it covers as well; one it does not cover waits.
+	if _, err := c.Status(ctx, &api.StatusRequest{MinVv: map[uint64]uint64{1: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancelShort()
+	if st, err := c.Status(short, &api.StatusRequest{MinVv: map[uint64]uint64{1: 3}}); err == nil {
+		t.Fatalf("Status with a min_vv of an operation the replica never had: %v; want it to wait (DeadlineExceeded)", st)
+	}
 	select {
 	case r := <-reads:
 		t.Fatalf("a read returned (%q, %v) while the write of what it read had not synced", r.v, r.err)

@@ -225,11 +225,12 @@ type Server struct {
 	// own field); repClosed: the loop has ended; saveDone: closed once the
 	// write in progress has synced (nil when none is). The last two under
 	// repMu.
-	repMu     sync.Mutex
-	repLocked bool
-	repClosed bool
-	saveDone  chan struct{}
-	readsNow  atomic.Int64 // weak reads run off the loop
+	repMu       sync.Mutex
+	repLocked   bool
+	repClosed   bool
+	saveDone    chan struct{}
+	readsNow    atomic.Int64 // weak reads run off the loop
+	statusesNow atomic.Int64 // Status calls answered off the loop
 
 	submit  chan *request
 	inbound chan replica.Message
@@ -1186,8 +1187,14 @@ func (s *Server) Status(ctx context.Context, in *api.StatusRequest) (*api.Status
 			return nil, toStatus(err)
 		}
 		if vv != nil {
+			if r := s.statusNow(vv); r != nil {
+				return r, nil
+			}
 			return s.statusCovering(ctx, vv)
 		}
+	}
+	if r := s.statusNow(nil); r != nil {
+		return r, nil
 	}
 	reply := make(chan *api.StatusReply, 1)
 	wait := time.NewTimer(statusWait)
