@@ -12,13 +12,13 @@ import (
 // Weak reads off the loop.
 //
 // A weak read executes at once on the replica's tentative state and sends
-// nothing (Creek §4.4). Through the loop it waited for the round in
+// nothing (Creek §4.4). Through the loop it would wait for the round in
 // progress to end, often for that round's synced write (the loop takes no
 // input meanwhile), and then for a round of its own, with a synced write
-// of its own when that round persisted anything: a read that arrived
-// during a write waited for two. Now the request's own goroutine runs it
-// (readNow) while the loop waits for the disk, or while the loop waits for
-// input. The loop owns the replica as before, and shows it by holding
+// of its own when that round persists anything: a read that arrives
+// during a write would wait for two. So the request's own goroutine runs
+// it (readNow) while the loop waits for the disk, or while the loop waits
+// for input. The loop owns the replica as before, and shows it by holding
 // repMu for all of a round except the synced write (loopStorage.Save) and
 // its wait for input; a reader takes repMu only when it is free, for its
 // execution only, and otherwise goes through the loop.
