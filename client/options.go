@@ -141,10 +141,10 @@ func WithoutConfirmations() Option { return func(c *config) { c.noConfirm = true
 // adapts: once more than 2*DefaultBatchInflight operations of one kind are
 // outstanding to a replica, one call or batch at a time goes to it, so
 // that what queues meanwhile goes in one batch per round trip rather than
-// in several smaller ones (a value set here is kept whatever the load). 0
-// turns it off: every
-// operation is its own call. Operations that ask for both views (Invoke)
-// are never batched, nor a request over 64 KiB. Reads and updates queue
+// in several smaller ones (a value set here is kept whatever the load).
+// 0 turns it off: every operation is its own call. Operations that ask
+// for both views (Invoke) are never batched, nor a request over 64 KiB.
+// Reads and updates queue
 // apart, so that a read never waits behind an update a busy replica holds
 // back. A batch carries the latest of its operations' deadlines (none if
 // one of them has none), and none of their contexts' outgoing gRPC

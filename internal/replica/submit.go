@@ -12,11 +12,8 @@ import (
 
 // Submit accepts a client request. Its views come out through Ready.
 func (r *Replica) Submit(cr ClientRequest) error {
-	if r.Draining(r.cfg.ID) {
-		return ErrDraining
-	}
-	if err := cr.Op.Validate(r.cfg.Limits); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidOp, err)
+	if err := r.checkOp(cr.Op); err != nil {
+		return err
 	}
 	if cr.Op.ReadOnly() {
 		return r.submitRead(cr)
@@ -52,6 +49,18 @@ func (r *Replica) Submit(cr ClientRequest) error {
 		// see proposable), with the other strong operations submitted since
 		// the last one: one run of entries for the batch.
 		r.toPropose = append(r.toPropose, req)
+	}
+	return nil
+}
+
+// checkOp refuses what no replica state can serve: any operation while this
+// replica drains before its removal, and an operation over the limits.
+func (r *Replica) checkOp(op state.Op) error {
+	if r.Draining(r.cfg.ID) {
+		return ErrDraining
+	}
+	if err := op.Validate(r.cfg.Limits); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOp, err)
 	}
 	return nil
 }
@@ -189,11 +198,8 @@ func (r *Replica) ReadNow(cr ClientRequest, minVV VV) (v View, ok bool, err erro
 	if !cr.Op.ReadOnly() || cr.Strong || cr.Want != WantTentative {
 		return View{}, false, nil
 	}
-	if r.Draining(r.cfg.ID) {
-		return View{}, false, ErrDraining
-	}
-	if err := cr.Op.Validate(r.cfg.Limits); err != nil {
-		return View{}, false, fmt.Errorf("%w: %w", ErrInvalidOp, err)
+	if err := r.checkOp(cr.Op); err != nil {
+		return View{}, false, err
 	}
 	if len(r.out.Persist) > 0 || (minVV != nil && !r.vv.Covers(minVV)) {
 		return View{}, false, nil

@@ -66,19 +66,22 @@ func (w loopStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 	return err
 }
 
+// tryRep takes the replica off the loop if it is free, and never waits for
+// it: a loop in a round goes on unhindered and takes the request in it.
+// Callers queued on the mutex would make the loop, when it wants the
+// replica back, wait for them in turn, each to be scheduled first (a mutex
+// waited on for over a millisecond is handed to its waiters in order), and
+// the loop is what every operation of the replica waits for. The caller
+// unlocks repMu.
+func (s *Server) tryRep() bool { return s.repMu.TryLock() }
+
 // readNow runs a weak read that asks for its preliminary view only on the
 // replica, off the loop, if the replica can serve it so (see above): ok
 // reports it did, and then after, if not nil, is what the view waits for
 // before it may leave (the synced write in progress). A refusal (err) is
 // the one the loop would have given.
 func (s *Server) readNow(cr replica.ClientRequest, minVV replica.VV) (o outcome, after <-chan struct{}, ok bool, err error) {
-	// Never wait for the replica: a loop in a round goes on unhindered
-	// and takes the read in it. Readers queued on the mutex would make the
-	// loop, when it wants the replica back, wait for them in turn, each to
-	// be scheduled first (a mutex waited on for over a millisecond is
-	// handed to its waiters in order), and the loop is what every
-	// operation of the replica waits for.
-	if !s.repMu.TryLock() {
+	if !s.tryRep() {
 		return outcome{}, nil, false, nil
 	}
 	defer s.repMu.Unlock()
@@ -116,9 +119,9 @@ func (s *Server) awaitDurable(ctx context.Context, after <-chan struct{}) error 
 // else nil, and the loop answers. A Status shows what the replica holds,
 // durable or not, as the loop's reply always has: a quorum write asks
 // its majority whether they have received it (client.InvokeQuorum), and
-// their answer no longer waits for their writes in progress.
+// their answer need not wait for their writes in progress.
 func (s *Server) statusNow(minVV replica.VV) *api.StatusReply {
-	if !s.repMu.TryLock() {
+	if !s.tryRep() {
 		return nil
 	}
 	defer s.repMu.Unlock()
