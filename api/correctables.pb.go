@@ -471,7 +471,13 @@ type InvokeRequest struct {
 	// entries; set on any other request it is INVALID_ARGUMENT. A quorum
 	// read (client.InvokeQuorum) whose answers differ uses it to wait for a
 	// replica of the majority to catch up without polling.
-	MinVv         map[uint64]uint64 `protobuf:"bytes,6,rep,name=min_vv,json=minVv,proto3" json:"min_vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	MinVv map[uint64]uint64 `protobuf:"bytes,6,rep,name=min_vv,json=minVv,proto3" json:"min_vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// read_vv, for a read that asks for the preliminary view, asks the
+	// replica to put in that view's stamp the operations its result depends
+	// on (Stamp.read_vv). Set on an update or on a read that asks for the
+	// final view only, it is INVALID_ARGUMENT. A quorum read
+	// (client.InvokeQuorum) sets it.
+	ReadVv        bool `protobuf:"varint,7,opt,name=read_vv,json=readVv,proto3" json:"read_vv,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -546,6 +552,13 @@ func (x *InvokeRequest) GetMinVv() map[uint64]uint64 {
 		return x.MinVv
 	}
 	return nil
+}
+
+func (x *InvokeRequest) GetReadVv() bool {
+	if x != nil {
+		return x.ReadVv
+	}
+	return false
 }
 
 type CallBatchRequest struct {
@@ -905,8 +918,17 @@ type Stamp struct {
 	CommittedCount uint64                 `protobuf:"varint,3,opt,name=committed_count,json=committedCount,proto3" json:"committed_count,omitempty"`
 	Vv             map[uint64]uint64      `protobuf:"bytes,4,rep,name=vv,proto3" json:"vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	StableTime     uint64                 `protobuf:"varint,5,opt,name=stable_time,json=stableTime,proto3" json:"stable_time,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// read_vv, on the preliminary view of a read that asked for it
+	// (InvokeRequest.read_vv): the operations the read's result depends on,
+	// as a version vector no larger than vv: every operation the replica
+	// has committed, and, per origin, up to the last tentative one that
+	// writes a key or queue the read reads (all of vv for a Scan). A replica
+	// that has received what read_vv counts holds every operation this
+	// result reflects; a quorum read returns such a replica's answer without
+	// waiting for the replicas to agree on operations of other keys.
+	ReadVv        map[uint64]uint64 `protobuf:"bytes,6,rep,name=read_vv,json=readVv,proto3" json:"read_vv,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Stamp) Reset() {
@@ -972,6 +994,13 @@ func (x *Stamp) GetStableTime() uint64 {
 		return x.StableTime
 	}
 	return 0
+}
+
+func (x *Stamp) GetReadVv() map[uint64]uint64 {
+	if x != nil {
+		return x.ReadVv
+	}
+	return nil
 }
 
 type ViewReply struct {
@@ -1475,14 +1504,15 @@ const file_correctables_proto_rawDesc = "" +
 	"\x05Write\x12\x16\n" +
 	"\x06delete\x18\x01 \x01(\bR\x06delete\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"\xa9\x02\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"\xc2\x02\n" +
 	"\rInvokeRequest\x12#\n" +
 	"\x02op\x18\x01 \x01(\v2\x13.correctables.v1.OpR\x02op\x12 \n" +
 	"\vpreliminary\x18\x02 \x01(\bR\vpreliminary\x12\x14\n" +
 	"\x05final\x18\x03 \x01(\bR\x05final\x12\x16\n" +
 	"\x06strong\x18\x04 \x01(\bR\x06strong\x12'\n" +
 	"\x0fno_confirmation\x18\x05 \x01(\bR\x0enoConfirmation\x12@\n" +
-	"\x06min_vv\x18\x06 \x03(\v2).correctables.v1.InvokeRequest.MinVvEntryR\x05minVv\x1a8\n" +
+	"\x06min_vv\x18\x06 \x03(\v2).correctables.v1.InvokeRequest.MinVvEntryR\x05minVv\x12\x17\n" +
+	"\aread_vv\x18\a \x01(\bR\x06readVv\x1a8\n" +
 	"\n" +
 	"MinVvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
@@ -1509,15 +1539,19 @@ const file_correctables_proto_rawDesc = "" +
 	"\x05items\x18\a \x03(\v2\x13.correctables.v1.KVR\x05items\"0\n" +
 	"\x04OpID\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\x04R\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xf7\x01\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xef\x02\n" +
 	"\x05Stamp\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\x04R\areplica\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12'\n" +
 	"\x0fcommitted_count\x18\x03 \x01(\x04R\x0ecommittedCount\x12.\n" +
 	"\x02vv\x18\x04 \x03(\v2\x1e.correctables.v1.Stamp.VvEntryR\x02vv\x12\x1f\n" +
 	"\vstable_time\x18\x05 \x01(\x04R\n" +
-	"stableTime\x1a5\n" +
+	"stableTime\x12;\n" +
+	"\aread_vv\x18\x06 \x03(\v2\".correctables.v1.Stamp.ReadVvEntryR\x06readVv\x1a5\n" +
 	"\aVvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1a9\n" +
+	"\vReadVvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xc5\x01\n" +
 	"\tViewReply\x12\x14\n" +
@@ -1605,7 +1639,7 @@ func file_correctables_proto_rawDescGZIP() []byte {
 }
 
 var file_correctables_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_correctables_proto_goTypes = []any{
 	(Kind)(0),                // 0: correctables.v1.Kind
 	(Cmp)(0),                 // 1: correctables.v1.Cmp
@@ -1630,8 +1664,9 @@ var file_correctables_proto_goTypes = []any{
 	(*PeerAck)(nil),          // 20: correctables.v1.PeerAck
 	nil,                      // 21: correctables.v1.InvokeRequest.MinVvEntry
 	nil,                      // 22: correctables.v1.Stamp.VvEntry
-	nil,                      // 23: correctables.v1.StatusRequest.MinVvEntry
-	nil,                      // 24: correctables.v1.StatusReply.VvEntry
+	nil,                      // 23: correctables.v1.Stamp.ReadVvEntry
+	nil,                      // 24: correctables.v1.StatusRequest.MinVvEntry
+	nil,                      // 25: correctables.v1.StatusReply.VvEntry
 }
 var file_correctables_proto_depIdxs = []int32{
 	0,  // 0: correctables.v1.Op.kind:type_name -> correctables.v1.Kind
@@ -1647,28 +1682,29 @@ var file_correctables_proto_depIdxs = []int32{
 	14, // 10: correctables.v1.CallResult.reply:type_name -> correctables.v1.ViewReply
 	10, // 11: correctables.v1.Result.items:type_name -> correctables.v1.KV
 	22, // 12: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
-	11, // 13: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
-	12, // 14: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
-	13, // 15: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
-	23, // 16: correctables.v1.StatusRequest.min_vv:type_name -> correctables.v1.StatusRequest.MinVvEntry
-	24, // 17: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
-	6,  // 18: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
-	6,  // 19: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
-	7,  // 20: correctables.v1.Store.CallBatch:input_type -> correctables.v1.CallBatchRequest
-	15, // 21: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
-	17, // 22: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
-	19, // 23: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
-	14, // 24: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
-	14, // 25: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
-	8,  // 26: correctables.v1.Store.CallBatch:output_type -> correctables.v1.CallBatchReply
-	16, // 27: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
-	18, // 28: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
-	20, // 29: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	23, // 13: correctables.v1.Stamp.read_vv:type_name -> correctables.v1.Stamp.ReadVvEntry
+	11, // 14: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
+	12, // 15: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
+	13, // 16: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
+	24, // 17: correctables.v1.StatusRequest.min_vv:type_name -> correctables.v1.StatusRequest.MinVvEntry
+	25, // 18: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
+	6,  // 19: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
+	6,  // 20: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
+	7,  // 21: correctables.v1.Store.CallBatch:input_type -> correctables.v1.CallBatchRequest
+	15, // 22: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
+	17, // 23: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
+	19, // 24: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
+	14, // 25: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
+	14, // 26: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
+	8,  // 27: correctables.v1.Store.CallBatch:output_type -> correctables.v1.CallBatchReply
+	16, // 28: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
+	18, // 29: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
+	20, // 30: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_correctables_proto_init() }
@@ -1682,7 +1718,7 @@ func file_correctables_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_correctables_proto_rawDesc), len(file_correctables_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

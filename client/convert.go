@@ -97,6 +97,7 @@ func fromAPIStamp(s *api.Stamp, id *api.OpID) Stamp {
 		CommittedCount: s.GetCommittedCount(),
 		VV:             s.GetVv(),
 		StableTime:     s.GetStableTime(),
+		ReadVV:         s.GetReadVv(),
 		Op:             OpID{Origin: id.GetOrigin(), Seq: id.GetSeq()},
 	}
 }

@@ -37,29 +37,32 @@ var quorumLevels = []correctable.Level{Quorum}
 // WithQuorumHedge sets another time, or every endpoint at once), the read
 // asks the other endpoints too and takes the first majority to answer (a
 // hedge, counted in Stats.Hedges). Their answers' stamps say which
-// operations each replica had received (version vectors):
+// operations each replica had received (version vectors), and what each
+// answer's result depends on (Stamp.ReadVV: what the replica had committed,
+// and the operations up to its last tentative one of the keys read):
 //
-//   - if one answer's version vector covers every other's, the read returns
-//     it (among several such, the one with the longest committed order,
-//     then the nearest);
-//   - otherwise (each had received operations the others had not, the usual
-//     case under concurrent updates at several replicas), the read asks
-//     every replica that answered again, with the union of the first
-//     answers' version vectors as the request's min_vv (the replica runs
+//   - if one answer's replica had received what every answer's result
+//     depends on, the read returns it (among several such, the one with the
+//     longest committed order, then the nearest);
+//   - otherwise (the replicas held different updates of the keys read), the
+//     read asks every replica that answered again, with the union of what
+//     the first answers depend on as the request's min_vv (the replica runs
 //     the read once it has received all of it), and returns the first
 //     answer that covers the union. Gossip brings the missing operations;
 //     asking every replica of the majority, not only the nearest, keeps one
 //     slow link (a retransmission on a lossy network) off the read's path.
 //
-// Either way the view is one replica's tentative state that includes every
-// operation any replica of the majority had received when it answered. So
-// it includes every update that a majority of the replicas had received
-// before the read started, and, when the nearest replica is among those
-// that answered (unless the hedge or a failure left it out), everything a
-// weak read of it would have seen. Two addresses of one replica count
-// once. It is no raft round: it costs one round trip to the farthest
-// replica of the nearest majority, and the wait for one of them to catch
-// up when the states differ.
+// Stats.QuorumWaits counts the reads that asked again. Either way the view
+// is one replica's tentative state that includes every operation of the
+// keys read (of every key, for a Scan) that any replica of the majority had
+// received when it answered, and every operation any of them had
+// committed. So it includes every update of those keys that a majority of
+// the replicas had received before the read started, and, when the nearest
+// replica is among those that answered (unless the hedge or a failure left
+// it out), everything a weak read of it would have seen. Two addresses of
+// one replica count once. It is no raft round: it costs one round trip to
+// the farthest replica of the nearest majority, and the wait for one of
+// them to catch up when their states differ on the keys read.
 //
 // A quorum write is the weak protocol at the nearest replica (with the
 // failover of InvokeWeak), which gossips the update to the others at once;
@@ -145,6 +148,7 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	}
 	ls := levelSet{eventual: true}
 	req := toAPIRequest(pop, ls, false, c.cfg.noConfirm)
+	req.ReadVv = true // Stamp.ReadVV: what each answer's result depends on
 	if n := proto.Size(req); n > MaxRequestBytes {
 		return fmt.Errorf("client: %v: request of %d bytes over %d: %w", op, n, MaxRequestBytes, ErrInvalidArgument)
 	}
@@ -245,8 +249,11 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	best := got[0]
 	if i := coversAll(stamps); i >= 0 {
 		best = got[i]
-	} else if best, err = c.catchUp(ctx, op, req, ls, got, answers, Stamp{VV: unionVV(stamps)}, tr); err != nil {
-		return err
+	} else {
+		c.stats.quorumWaits.Add(1)
+		if best, err = c.catchUp(ctx, op, req, ls, got, answers, Stamp{VV: unionVV(stamps)}, tr); err != nil {
+			return err
+		}
 	}
 	tr.Endpoint = best.e.addr
 	v := best.view
@@ -506,15 +513,24 @@ func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin strin
 // a quorum write stops counting on it.
 const quorumUnavailableAfter = time.Second
 
-// coversAll returns the index of the stamp whose version vector covers
-// every other's (the longest committed order first, then the lowest index),
-// or -1 if none does.
+// dependsOn returns what the result of the view stamped s depends on: its
+// ReadVV, or, from a replica that does not report one, its whole VV.
+func dependsOn(s Stamp) map[uint64]uint64 {
+	if s.ReadVV != nil {
+		return s.ReadVV
+	}
+	return s.VV
+}
+
+// coversAll returns the index of the stamp whose version vector covers what
+// every stamp's result depends on (dependsOn: the longest committed order
+// first, then the lowest index), or -1 if none does.
 func coversAll(s []Stamp) int {
 	best := -1
 	for i := range s {
 		all := true
 		for j := range s {
-			if !s[i].Covers(s[j]) {
+			if !s[i].Covers(Stamp{VV: dependsOn(s[j])}) {
 				all = false
 				break
 			}
@@ -526,11 +542,12 @@ func coversAll(s []Stamp) int {
 	return best
 }
 
-// unionVV is the least version vector covering every stamp's.
+// unionVV is the least version vector covering what every stamp's result
+// depends on (dependsOn).
 func unionVV(s []Stamp) map[uint64]uint64 {
 	u := map[uint64]uint64{}
 	for _, x := range s {
-		for o, seq := range x.VV {
+		for o, seq := range dependsOn(x) {
 			u[o] = max(u[o], seq)
 		}
 	}

@@ -367,6 +367,82 @@ func TestQuorumReadE2E(t *testing.T) {
 	}
 }
 
+// TestQuorumReadE2EIgnoresOtherKeys: replicas 1 and 2, cut off from each
+// other's messages, each take a weak put of a key of their own; their
+// states are then concurrent (each has received an operation the other has
+// not), but a quorum read over the two of a key that neither put touched,
+// or that only one of them has, returns at once, without waiting for them
+// to agree: each answer says what its result depends on (Stamp.ReadVV),
+// and one replica holds all of that. Comparing whole version vectors, each
+// read would wait for the 10 s cut to end.
+func TestQuorumReadE2EIgnoresOtherKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := delayableCluster(ctx, t)
+	var at [2]*client.Client
+	for i := range at {
+		c, err := client.Dial(ctx, cl.Endpoints[i:i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		at[i] = c
+	}
+	if _, err := at[0].InvokeStrong(ctx, client.Put("k", []byte("v0"))).Final(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for { // replica 2 has v0
+		v, err := at[1].InvokeWeak(ctx, client.Get("k")).Final(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(v.Value.Value) == "v0" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, id := range []uint64{1, 2} {
+		if err := cl.SetReplicationDelay(id, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut := time.Now()
+	for i, kv := range [][2]string{{"one", "x1"}, {"two", "x2"}} {
+		if _, err := at[i].InvokeWeak(ctx, client.Put(kv[0], []byte(kv[1]))).Final(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := client.Dial(ctx, cl.Endpoints[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var stamps []client.Stamp
+	for _, c := range []struct{ key, want string }{{"k", "v0"}, {"one", "x1"}, {"two", "x2"}, {"k", "v0"}} {
+		// Far less than the cut: a read that waits for it fails here.
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := q.InvokeQuorum(rctx, client.Get(c.key)).Final(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("quorum read of %s: %v (%d reads waited for the replicas to agree)", c.key, err, q.Stats().QuorumWaits)
+		}
+		s, _ := client.StampOf(v)
+		stamps = append(stamps, s)
+		if string(v.Value.Value) != c.want || v.Level != client.Quorum {
+			t.Fatalf("quorum read of %s: %q at %v from replica %d, want %q", c.key, v.Value.Value, v.Level, s.Replica, c.want)
+		}
+	}
+	if time.Since(cut) >= 10*time.Second {
+		t.Skip("the machine stalled past the 10 s cut: the replicas may have agreed meanwhile")
+	}
+	if w := q.Stats().QuorumWaits; w != 0 {
+		t.Fatalf("%d quorum reads waited for the replicas to agree; want none (stamps %+v)", w, stamps)
+	}
+	if s := stamps[0]; s.ReadVV == nil || s.ReadVV[1] >= s.VV[1] && s.ReadVV[2] >= s.VV[2] {
+		t.Fatalf("the read of k: ReadVV %v, VV %v; want it below the VV (the other keys' puts)", s.ReadVV, s.VV)
+	}
+}
+
 // TestQuorumWriteE2E: with the replica the client writes at (its nearest)
 // heard at once by nobody, one other replica hearing it 300 ms late and the
 // third 10 s late, a quorum write through a client of all three replicas

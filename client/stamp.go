@@ -26,6 +26,13 @@ type Stamp struct {
 	// Op is the id the operation got at the replica that received it; zero
 	// for read-only operations, which are not replicated.
 	Op OpID
+	// ReadVV, on the view of a quorum read (InvokeQuorum), is a version
+	// vector no larger than VV that covers every operation the read's
+	// result depends on: everything the replica had committed, and the
+	// operations up to the last one it held tentatively that touch a key the
+	// read reads (all of VV for a Scan). Nil on other views, and from a
+	// replica that does not report it.
+	ReadVV map[uint64]uint64
 	// Guarantees, for a view delivered through a Session, is what the view
 	// satisfies for that session (Session.Check); nil outside a session.
 	Guarantees *Guarantees
@@ -55,6 +62,7 @@ func (s Stamp) Covers(o Stamp) bool {
 // Clone returns a copy of s that shares no memory with it.
 func (s Stamp) Clone() Stamp {
 	s.VV = maps.Clone(s.VV)
+	s.ReadVV = maps.Clone(s.ReadVV)
 	return s
 }
 

@@ -27,6 +27,10 @@ type Stats struct {
 	// Hedges is the number of endpoints a quorum read asked because the
 	// majority it asked first was slow (InvokeQuorum).
 	Hedges uint64
+	// QuorumWaits is the number of quorum reads whose first answers did
+	// not include one that holds everything the others' results depend on,
+	// so that the read waited for a replica to catch up (InvokeQuorum).
+	QuorumWaits uint64
 	// BytesSent and BytesReceived are the encoded sizes of the requests
 	// sent and the view replies received (proto.Size): the payload the
 	// protocol moves, without gRPC or HTTP/2 framing. Calls that went
@@ -52,6 +56,7 @@ func (c *Client) Stats() Stats {
 		Confirmations:     s.confirmations.Load(),
 		Failovers:         s.failovers.Load(),
 		Hedges:            s.hedges.Load(),
+		QuorumWaits:       s.quorumWaits.Load(),
 		BytesSent:         s.bytesSent.Load(),
 		BytesReceived:     s.bytesReceived.Load(),
 		BytesSaved:        s.bytesSaved.Load(),
@@ -83,7 +88,7 @@ type OpTrace struct {
 
 type counters struct {
 	ops, failed, views, confirmations, failovers atomic.Uint64
-	hedges                                       atomic.Uint64
+	hedges, quorumWaits                          atomic.Uint64
 	bytesSent, bytesReceived, bytesSaved         atomic.Uint64
 	wireSent, wireReceived                       atomic.Uint64
 }

@@ -629,9 +629,13 @@ func levelRows(rows []cpqRow, dist string, quorum bool) (weak, strong *cpqbench.
 }
 
 func rowSummary(r *cpqbench.Result) string {
-	return fmt.Sprintf("%-12s %6.0f ops/s  strong %4.2f  quorum %4.2f  positive Γ %d/%d = %.4f (max %v)  read p95 %v  write p95 %v  errors %d  missed %d",
+	s := fmt.Sprintf("%-12s %6.0f ops/s  strong %4.2f  quorum %4.2f  positive Γ %d/%d = %.4f (max %v)  read p95 %v  write p95 %v  errors %d  missed %d",
 		r.Row.Label, r.OpsPerSec(), cpqFrac(r.Strong, r.Ops), cpqFrac(r.Quorum, r.Ops), r.Positive, r.Values, r.Proportion(), r.Gamma.Round(time.Microsecond),
 		cpqbench.P95(r.ReadLat), cpqbench.P95(r.WriteLat), r.Errors, r.Missed)
+	if r.Quorum > 0 {
+		s += fmt.Sprintf("  quorum reads that waited %d", r.QuorumWaits)
+	}
+	return s
 }
 
 func cpqFrac(a, b uint64) float64 {
@@ -765,13 +769,14 @@ func writeCPQCSV(path, net string, rate float64, rows []cpqRow) error {
 	}
 	w := csv.NewWriter(fh)
 	w.Write([]string{"figure", "dist", "net", "row", "read_p", "write_p", "read_delay_ms", "target_ops_per_s", "ops_per_s", "ops", "reads", "writes",
-		"strong_frac", "quorum_frac", "values", "positive", "proportion", "max_gamma_ms", "unmatched_reads", "read_p50_ms", "read_p95_ms", "write_p50_ms", "write_p95_ms", "errors", "missed"})
+		"strong_frac", "quorum_frac", "values", "positive", "proportion", "max_gamma_ms", "unmatched_reads", "read_p50_ms", "read_p95_ms", "write_p50_ms", "write_p95_ms", "errors", "missed",
+		"quorum_waits"})
 	for _, r := range rows {
 		x := r.res
 		w.Write([]string{r.figure, r.dist, net, x.Row.Label, cpqF(x.Row.ReadP), cpqF(x.Row.WriteP), cpqMS(x.Row.ReadDelay), cpqF(rate), cpqF(x.OpsPerSec()),
 			cpqU(x.Ops), cpqU(x.Reads), cpqU(x.Writes), cpqF(cpqFrac(x.Strong, x.Ops)), cpqF(cpqFrac(x.Quorum, x.Ops)), strconv.Itoa(x.Values), strconv.Itoa(x.Positive), cpqF(x.Proportion()),
 			cpqMS(x.Gamma), strconv.Itoa(x.Unmatched), cpqMS(cpqP50(x.ReadLat)), cpqMS(cpqbench.P95(x.ReadLat)), cpqMS(cpqP50(x.WriteLat)),
-			cpqMS(cpqbench.P95(x.WriteLat)), cpqU(x.Errors), cpqU(x.Missed)})
+			cpqMS(cpqbench.P95(x.WriteLat)), cpqU(x.Errors), cpqU(x.Missed), cpqU(x.QuorumWaits)})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

@@ -81,6 +81,15 @@ func DialViews(ctx context.Context, views [][]string, traceCapacity int, quorumO
 	return h, nil
 }
 
+// quorumWaits sums the quorum clients' Stats.QuorumWaits.
+func (h *Hosts) quorumWaits() uint64 {
+	var n uint64
+	for _, c := range h.Quorum {
+		n += c.Stats().QuorumWaits
+	}
+	return n
+}
+
 // Close closes the clients.
 func (h *Hosts) Close() {
 	for _, c := range h.Clients {
@@ -242,8 +251,9 @@ type Result struct {
 	// delays included).
 	ReadLat, WriteLat *hdrhistogram.Histogram
 	// Strong counts the operations that ran at the strong level, Quorum
-	// the quorum reads.
-	Strong, Quorum uint64
+	// the quorum reads; QuorumWaits the quorum reads in the window that
+	// waited for a replica to catch up (client.Stats.QuorumWaits).
+	Strong, Quorum, QuorumWaits uint64
 	// Values written in the window, and those with a positive Γ score;
 	// Gamma the largest score among them; Unmatched reads of values the
 	// trace never saw written.
@@ -513,8 +523,10 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	defer tick.Stop()
 	warmEnd := start.Add(cfg.Warmup)
 	var winStart time.Time
+	var waits0 uint64
 	if cfg.Warmup == 0 {
 		winStart = start
+		waits0 = h.quorumWaits()
 		measuring.Store(true)
 		res.From = time.Now().UnixNano()
 	}
@@ -529,6 +541,7 @@ loop:
 		case now := <-tick.C:
 			if !measuring.Load() && !now.Before(warmEnd) {
 				winStart = now
+				waits0 = h.quorumWaits()
 				res.From = now.UnixNano()
 				measuring.Store(true)
 			}
@@ -604,6 +617,7 @@ loop:
 		}
 	}
 	measuring.Store(false)
+	res.QuorumWaits = h.quorumWaits() - waits0
 	winEnd := time.Now()
 	res.To = winEnd.UnixNano()
 	res.Elapsed = winEnd.Sub(winStart)

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"maps"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -139,5 +140,86 @@ func TestReadNowOnlyReadsWhatAReadyHandedOut(t *testing.T) {
 	}
 	if r.Stats().Reads != 3 {
 		t.Fatalf("%d reads counted; want 3 (two off the cycle, one submitted)", r.Stats().Reads)
+	}
+}
+
+// A read that asks for it gets, in its tentative view's stamp, ReadVV: what
+// its result depends on, which is every committed operation and the
+// tentative operations of the keys it reads, not those of other keys (a
+// quorum read compares answers by it: client.Stamp.ReadVV). A Scan's is
+// the whole VV. Through Submit and ReadNow alike; nil unless asked.
+func TestReadVVCountsCommittedOpsAndTheReadsKeys(t *testing.T) {
+	tr := newTrio(t, nil)
+	tr.elect()
+	seq := uint64(0)
+	put := func(id uint64, k, v string) {
+		seq++
+		if err := tr.r[id].Submit(ClientRequest{Client: 1, Seq: seq, Want: WantTentative,
+			Op: state.Op{Kind: state.OpPut, Key: k, Value: []byte(v)}}); err != nil {
+			t.Fatal(err)
+		}
+		tr.mustDrive(id)
+		tr.deliver()
+	}
+	r := tr.r[2]
+	put(1, "a", "a1") // 1:1, committed below
+	put(1, "b", "b1") // 1:2, committed below
+	for i := 0; r.committedVV[1] < 2; i++ {
+		if i > 1000 {
+			t.Fatal("replica 1's puts not committed at replica 2 after 1000 ticks")
+		}
+		tr.tick()
+	}
+	put(1, "b", "b2") // 1:3, tentative
+	put(3, "a", "a2") // 3:1, tentative
+	put(3, "c", "c1") // 3:2, tentative
+	if r.committedVV[1] != 2 || r.committedVV[3] != 0 || r.vv[1] != 3 || r.vv[3] != 2 {
+		t.Fatalf("replica 2 committed %v and received %v; want {1:2} and {1:3 3:2}", r.committedVV, r.vv)
+	}
+	for _, c := range []struct {
+		name string
+		op   state.Op
+		want VV // entries that must be non-zero; every other origin of vv at 0
+	}{
+		{"get a", state.Op{Kind: state.OpGet, Key: "a"}, VV{1: 2, 3: 1}},
+		{"get b", state.Op{Kind: state.OpGet, Key: "b"}, VV{1: 3}},
+		{"get c", state.Op{Kind: state.OpGet, Key: "c"}, VV{1: 2, 3: 2}},
+		{"get of a key nobody wrote", state.Op{Kind: state.OpGet, Key: "z"}, VV{1: 2}},
+		{"a read-only txn guarding b", state.Op{Kind: state.OpTxn, Txn: &state.Txn{Guards: []state.Guard{{Key: "b", Cmp: state.CmpExists}}}}, VV{1: 3}},
+		{"scan", state.Op{Kind: state.OpScan, Key: "a", Limit: 10}, VV{1: 3, 3: 2}},
+	} {
+		want := VV{}
+		for o := range r.vv {
+			want[o] = c.want[o]
+		}
+		seq++
+		cr := ClientRequest{Client: 1, Seq: seq, Want: WantTentative, Op: c.op, ReadVV: true}
+		now, ok, err := r.ReadNow(cr, nil)
+		if !ok || err != nil {
+			t.Fatalf("%s: ReadNow declined (%v, %v)", c.name, ok, err)
+		}
+		if err := r.Submit(cr); err != nil {
+			t.Fatal(err)
+		}
+		rd, err := r.Ready()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Advance(rd)
+		if len(rd.Views) != 1 {
+			t.Fatalf("%s: %d views, want 1", c.name, len(rd.Views))
+		}
+		for how, got := range map[string]VV{"ReadNow": now.Stamp.ReadVV, "Submit": rd.Views[0].Stamp.ReadVV} {
+			if !maps.Equal(got, want) {
+				t.Errorf("%s through %s: ReadVV %v, want %v (vv %v, committed %v)", c.name, how, got, want, r.vv, r.committedVV)
+			}
+			if !r.vv.Covers(got) {
+				t.Errorf("%s through %s: ReadVV %v over the vv %v", c.name, how, got, r.vv)
+			}
+		}
+		cr.ReadVV = false
+		if v, _, _ := r.ReadNow(cr, nil); v.Stamp.ReadVV != nil {
+			t.Errorf("%s not asking for it: ReadVV %v, want nil", c.name, v.Stamp.ReadVV)
+		}
 	}
 }

@@ -579,7 +579,9 @@ func (r *Replica) stableTime() uint64 {
 }
 
 func (r *Replica) emit(v View) {
+	rv := v.Stamp.ReadVV // set by the caller, for a read that asked for it
 	v.Stamp = r.stamp()
+	v.Stamp.ReadVV = rv
 	r.out.Views = append(r.out.Views, v)
 }
 

@@ -82,7 +82,11 @@ func (r *Replica) submitRead(cr ClientRequest) error {
 	sent := false
 	if cr.Want&WantTentative != 0 || !cr.Strong {
 		res = r.execRead(cr.Op)
-		r.emit(View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: !cr.Strong || cr.Want&WantStable == 0})
+		v := View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: !cr.Strong || cr.Want&WantStable == 0}
+		if cr.ReadVV {
+			v.Stamp.ReadVV = r.readVV(cr.Op)
+		}
+		r.emit(v)
 		sent = true
 	}
 	if !cr.Strong || cr.Want&WantStable == 0 {
@@ -205,5 +209,44 @@ func (r *Replica) ReadNow(cr ClientRequest, minVV VV) (v View, ok bool, err erro
 		return View{}, false, nil
 	}
 	res := r.execRead(cr.Op)
-	return View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: true, Stamp: r.stamp()}, true, nil
+	v = View{Client: cr.Client, Seq: cr.Seq, Result: res, Last: true, Stamp: r.stamp()}
+	if cr.ReadVV {
+		v.Stamp.ReadVV = r.readVV(cr.Op)
+	}
+	return v, true, nil
+}
+
+// readVV returns a version vector that covers every operation the result
+// of the read op, executed on the tentative state now, depends on: every
+// committed operation (committedVV; the committed state is a function of
+// the committed operations alone), and, per origin, up to the last
+// tentative operation of the stack that touches a key or queue op reads.
+// Tentative operations of other keys do not change op's result. A replica
+// that has received everything readVV counts has received every operation
+// this result reflects: a quorum read may return the result over one from
+// a replica that has received more of other keys' operations (the
+// client's quorum read), where comparing whole version vectors would make
+// it wait for the replicas to agree on those too. For a read whose
+// footprint is every key (a Scan), or while the stack holds an operation
+// that touches every key, it is the whole version vector.
+func (r *Replica) readVV(op state.Op) VV {
+	fp := (&Req{Op: op}).footprint()
+	if r.keys.wild > 0 || slices.Contains(fp, wildKey) {
+		return r.vvCopy()
+	}
+	// Every origin the replica knows is named, with 0 if nothing of it
+	// counts: a read_vv on the wire is then empty only where the vv is.
+	out := make(VV, len(r.vv))
+	for o := range r.vv {
+		out[o] = r.committedVV[o]
+	}
+	for _, k := range fp {
+		for _, p := range r.keys.pos[k] {
+			q := r.tentative[p-r.keys.base].req
+			if q.ID.Seq > out[q.ID.Origin] {
+				out[q.ID.Origin] = q.ID.Seq
+			}
+		}
+	}
+	return out
 }

@@ -152,6 +152,9 @@ type ClientRequest struct {
 	Strong bool
 	// Want selects the views the client receives.
 	Want Want
+	// ReadVV asks, for a read-only request, that its tentative view's stamp
+	// carry Stamp.ReadVV.
+	ReadVV bool
 }
 
 // Want is a set of views a client asks for.
@@ -178,6 +181,10 @@ type Stamp struct {
 	VV VV
 	// StableTime: every operation with a smaller timestamp had arrived.
 	StableTime uint64
+	// ReadVV, on the tentative view of a read that asked for it
+	// (ClientRequest.ReadVV), covers the operations the read's result
+	// depends on (Replica.readVV); nil otherwise.
+	ReadVV VV
 }
 
 // View is one result for a client request.

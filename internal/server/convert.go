@@ -88,7 +88,7 @@ func resultToAPI(r state.Result) *api.Result {
 func stampToAPI(s replica.Stamp) *api.Stamp {
 	return &api.Stamp{
 		Replica: s.Replica, AppliedIndex: s.AppliedIndex, CommittedCount: uint64(s.CommittedCount),
-		Vv: map[uint64]uint64(s.VV), StableTime: s.StableTime,
+		Vv: map[uint64]uint64(s.VV), StableTime: s.StableTime, ReadVv: map[uint64]uint64(s.ReadVV),
 	}
 }
 

@@ -28,6 +28,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		}}, Final: true, Strong: true},
 		{Op: &api.Op{Kind: 42}},
 		{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true, MinVv: map[uint64]uint64{1: 3, 2: 0}},
+		{Op: &api.Op{Kind: api.Kind_KIND_GET, Key: "k"}, Preliminary: true, ReadVv: true},
 	}
 	for _, s := range seeds {
 		b, err := proto.Marshal(s)

@@ -202,6 +202,25 @@ func TestMinVVInvalid(t *testing.T) {
 	if v, err := c.Call(ctx, &api.InvokeRequest{Op: get, Final: true, Strong: true}); err != nil || v.GetResult().GetFound() {
 		t.Errorf("the refused weak update with min_vv ran: %v %v", v, err)
 	}
+	// read_vv is for reads that ask for the preliminary view; a weak read
+	// that asks for it gets it, with every origin of the stamp's vv.
+	for name, req := range map[string]*api.InvokeRequest{
+		"weak update":              {Op: put("k", "v2"), Preliminary: true, ReadVv: true},
+		"strong update":            {Op: put("k", "v2"), Final: true, Strong: true, ReadVv: true},
+		"strong read of the final": {Op: get, Final: true, Strong: true, ReadVv: true},
+	} {
+		_, err := c.Call(ctx, req)
+		if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "read_vv") {
+			t.Errorf("%s with read_vv: %v, want InvalidArgument naming read_vv", name, err)
+		}
+	}
+	if v, err := c.Call(ctx, &api.InvokeRequest{Op: get, Final: true, Strong: true}); err != nil || v.GetResult().GetFound() {
+		t.Errorf("a refused update with read_vv ran: %v %v", v, err)
+	}
+	v, err := c.Call(ctx, &api.InvokeRequest{Op: get, Preliminary: true, ReadVv: true})
+	if rv, vv := v.GetStamp().GetReadVv(), v.GetStamp().GetVv(); err != nil || len(rv) == 0 || len(rv) != len(vv) {
+		t.Errorf("a weak read with read_vv: read_vv %v, vv %v, %v; want one entry per origin of the vv", rv, vv, err)
+	}
 	// A min_vv the replica covers (or of zero operations) runs at once.
 	for _, vv := range []map[uint64]uint64{{1: 1}, {7: 0}} {
 		if _, err := c.Call(ctx, &api.InvokeRequest{Op: get, Preliminary: true, MinVv: vv}); err != nil {

@@ -991,12 +991,15 @@ func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error
 	if err != nil {
 		return nil, err
 	}
+	if in.GetReadVv() && (!op.ReadOnly() || !in.GetPreliminary()) {
+		return nil, fmt.Errorf("%w: read_vv is for a read that asks for the preliminary view", ErrInvalidRequest)
+	}
 	select {
 	case s.inflight <- struct{}{}:
 	default:
 		return nil, ErrOverloaded
 	}
-	cr := replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want}
+	cr := replica.ClientRequest{Client: 1, Op: op, Strong: in.GetStrong(), Want: want, ReadVV: in.GetReadVv()}
 	if want == replica.WantTentative && !cr.Strong && op.ReadOnly() {
 		o, after, ok, err := s.readNow(cr, minVV)
 		if err != nil {
