@@ -922,7 +922,8 @@ type Stamp struct {
 	// (InvokeRequest.read_vv): the operations the read's result depends on,
 	// as a version vector no larger than vv: every operation the replica
 	// has committed, and, per origin, up to the last tentative one that
-	// writes a key or queue the read reads (all of vv for a Scan). A replica
+	// touches a key or queue the read reads, or one that a transaction among
+	// those guards or writes, and so on (all of vv for a Scan). A replica
 	// that has received what read_vv counts holds every operation this
 	// result reflects; a quorum read returns such a replica's answer without
 	// waiting for the replicas to agree on operations of other keys.

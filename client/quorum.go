@@ -39,7 +39,8 @@ var quorumLevels = []correctable.Level{Quorum}
 // hedge, counted in Stats.Hedges). Their answers' stamps say which
 // operations each replica had received (version vectors), and what each
 // answer's result depends on (Stamp.ReadVV: what the replica had committed,
-// and the operations up to its last tentative one of the keys read):
+// and the operations up to its last tentative one of the keys read, with
+// the keys that transactions among those guard or write):
 //
 //   - if one answer's replica had received what every answer's result
 //     depends on, the read returns it (among several such, the one with the

@@ -30,7 +30,8 @@ type Stamp struct {
 	// vector no larger than VV that covers every operation the read's
 	// result depends on: everything the replica had committed, and the
 	// operations up to the last one it held tentatively that touch a key the
-	// read reads (all of VV for a Scan). Nil on other views, and from a
+	// read reads, or a key that a transaction among those guards or writes,
+	// and so on (all of VV for a Scan). Nil on other views, and from a
 	// replica that does not report it.
 	ReadVV map[uint64]uint64
 	// Guarantees, for a view delivered through a Session, is what the view

@@ -220,15 +220,19 @@ func (r *Replica) ReadNow(cr ClientRequest, minVV VV) (v View, ok bool, err erro
 // of the read op, executed on the tentative state now, depends on: every
 // committed operation (committedVV; the committed state is a function of
 // the committed operations alone), and, per origin, up to the last
-// tentative operation of the stack that touches a key or queue op reads.
-// Tentative operations of other keys do not change op's result. A replica
-// that has received everything readVV counts has received every operation
-// this result reflects: a quorum read may return the result over one from
-// a replica that has received more of other keys' operations (the
-// client's quorum read), where comparing whole version vectors would make
-// it wait for the replicas to agree on those too. For a read whose
-// footprint is every key (a Scan), or while the stack holds an operation
-// that touches every key, it is the whole version vector.
+// tentative operation of the stack that touches a key or queue op reads,
+// or a key or queue that a transaction touching one of those reads or
+// writes (a transaction's guards decide what it writes, so the operations
+// of the keys it guards count too; the closure runs over keys until no
+// transaction adds one). Other tentative operations do not change op's
+// result. A replica that has received everything readVV counts has
+// received every operation this result reflects: a quorum read may return
+// the result over one from a replica that has received more of other
+// keys' operations (the client's quorum read), where comparing whole
+// version vectors would make it wait for the replicas to agree on those
+// too. For a read whose footprint is every key (a Scan), or while the
+// stack holds an operation that touches every key, it is the whole version
+// vector.
 func (r *Replica) readVV(op state.Op) VV {
 	fp := (&Req{Op: op}).footprint()
 	if r.keys.wild > 0 || slices.Contains(fp, wildKey) {
@@ -240,11 +244,22 @@ func (r *Replica) readVV(op state.Op) VV {
 	for o := range r.vv {
 		out[o] = r.committedVV[o]
 	}
-	for _, k := range fp {
+	seen := make(map[fkey]bool, len(fp))
+	todo := slices.Clone(fp)
+	for len(todo) > 0 {
+		k := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
 		for _, p := range r.keys.pos[k] {
 			q := r.tentative[p-r.keys.base].req
 			if q.ID.Seq > out[q.ID.Origin] {
 				out[q.ID.Origin] = q.ID.Seq
+			}
+			if q.Op.Kind == state.OpTxn {
+				todo = append(todo, q.footprint()...)
 			}
 		}
 	}
