@@ -24,7 +24,11 @@ import (
 // consensus) rather than a strong one; with QuorumWrites, the stronger
 // level of an update is a quorum write (InvokeQuorum: weak, acknowledged
 // once a majority has received it). With both, the two levels are the
-// paper's ONE and QUORUM.
+// paper's ONE and QUORUM. With AllWrites, the stronger level of an update
+// waits until every replica has received it (InvokeAll, Cassandra's ALL):
+// with reads always weak (ReadP 0) the two levels are ONE-ONE and ONE-ALL,
+// whose stronger one makes every weak read that starts after an update
+// completed include it, at a weak read's latency.
 //
 // It also implements the paper's comparator, artificial delays (CPQ §1,
 // §3.2): a client-side delay before every weak read, which gives the
@@ -39,6 +43,7 @@ type CPQ struct {
 	readDelay     atomic.Int64  // nanoseconds
 	quorumReads   bool
 	quorumWrites  bool
+	allWrites     bool
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -61,6 +66,10 @@ type CPQConfig struct {
 	// QuorumWrites makes the stronger level of an update a quorum write
 	// (InvokeQuorum) instead of a strong one (InvokeStrong).
 	QuorumWrites bool
+	// AllWrites makes the stronger level of an update a write at All
+	// (InvokeAll: acknowledged once every replica has received it)
+	// instead of a strong one. Not with QuorumWrites.
+	AllWrites bool
 }
 
 // MaxReadDelay bounds CPQConfig.ReadDelay.
@@ -93,7 +102,10 @@ func NewCPQ(cfg CPQConfig) (*CPQ, error) {
 	if err := checkDelay(cfg.ReadDelay); err != nil {
 		return nil, err
 	}
-	p := &CPQ{rng: rand.New(rand.NewPCG(cfg.Seed, 0x43505121)), quorumReads: cfg.QuorumReads, quorumWrites: cfg.QuorumWrites}
+	if cfg.AllWrites && cfg.QuorumWrites {
+		return nil, fmt.Errorf("%w: CPQ: AllWrites and QuorumWrites both set: an update's stronger level is one of them", ErrInvalidArgument)
+	}
+	p := &CPQ{rng: rand.New(rand.NewPCG(cfg.Seed, 0x43505121)), quorumReads: cfg.QuorumReads, quorumWrites: cfg.QuorumWrites, allWrites: cfg.AllWrites}
 	p.readP.Store(math.Float64bits(cfg.ReadP))
 	p.writeP.Store(math.Float64bits(cfg.WriteP))
 	p.readDelay.Store(int64(cfg.ReadDelay))
@@ -127,6 +139,10 @@ func (p *CPQ) QuorumReads() bool { return p.quorumReads }
 // write.
 func (p *CPQ) QuorumWrites() bool { return p.quorumWrites }
 
+// AllWrites reports whether the stronger level of an update is a write at
+// All.
+func (p *CPQ) AllWrites() bool { return p.allWrites }
+
 // ReadDelay returns the artificial delay before weak reads.
 func (p *CPQ) ReadDelay() time.Duration { return time.Duration(p.readDelay.Load()) }
 
@@ -142,7 +158,8 @@ func (p *CPQ) SetReadDelay(d time.Duration) error {
 }
 
 // Choose draws the level of one operation: the stronger level (strong, or
-// quorum for a read with QuorumReads and an update with QuorumWrites), or weak after delay (non-zero only
+// quorum for a read with QuorumReads and an update with QuorumWrites, or
+// all for an update with AllWrites), or weak after delay (non-zero only
 // for a weak read).
 func (p *CPQ) Choose(op Op) (strong bool, delay time.Duration) {
 	prob := math.Float64frombits(p.writeP.Load())
@@ -164,7 +181,7 @@ func (p *CPQ) Choose(op Op) (strong bool, delay time.Duration) {
 // InvokeCPQ runs op at the level p draws for it (see CPQ) and returns its
 // one view: a strongly consistent view at correctable.Strong (a quorum
 // view at Quorum for a read with QuorumReads or an update with
-// QuorumWrites), or the weak view at
+// QuorumWrites, a view at All for an update with AllWrites), or the weak view at
 // correctable.Eventual after p's read delay for a weak read. The view's
 // Elapsed includes the delay.
 func (c *Client) InvokeCPQ(ctx context.Context, op Op, p *CPQ) *correctable.Correctable[Result] {
@@ -172,6 +189,8 @@ func (c *Client) InvokeCPQ(ctx context.Context, op Op, p *CPQ) *correctable.Corr
 	switch {
 	case strong && p.quorumReads && op.ReadOnly(), strong && p.quorumWrites && !op.ReadOnly():
 		return c.InvokeQuorum(ctx, op)
+	case strong && p.allWrites && !op.ReadOnly():
+		return c.InvokeAll(ctx, op)
 	case strong:
 		return c.InvokeStrong(ctx, op)
 	case delay > 0:

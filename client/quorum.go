@@ -20,8 +20,17 @@ import (
 // promises none of them.
 var Quorum = correctable.NewLevel("quorum", 150)
 
-// quorumLevels is what the quorum binding's Levels returns; never modified.
-var quorumLevels = []correctable.Level{Quorum}
+// All is the level of InvokeAll's view: the quorum level with every
+// replica for the majority (Cassandra's ALL). It ranks above Quorum and
+// below every session guarantee.
+var All = correctable.NewLevel("all", 160)
+
+// quorumLevels and allLevels are what the quorum and all bindings' Levels
+// return; never modified.
+var (
+	quorumLevels = []correctable.Level{Quorum}
+	allLevels    = []correctable.Level{All}
+)
 
 // InvokeQuorum runs op at the quorum level and returns its one view, at
 // level Quorum: for a read-only op (Get, Scan, a Txn without writes) a
@@ -98,13 +107,50 @@ var quorumLevels = []correctable.Level{Quorum}
 // With fewer endpoints answering than a majority, a read fails with
 // ErrUnavailable; an op the server refuses fails as it would weakly.
 func (c *Client) InvokeQuorum(ctx context.Context, op Op) *correctable.Correctable[Result] {
-	return correctable.Invoke(ctx, quorumOp{c}, op)
+	return correctable.Invoke(ctx, quorumOp{c: c}, op)
 }
 
-// quorumOp is the binding behind InvokeQuorum.
-type quorumOp struct{ c *Client }
+// InvokeAll runs op as InvokeQuorum does, with every endpoint of the Client
+// for the majority (Cassandra's ALL), and returns its one view, at level
+// All: an update returns once every endpoint's replica has received it, and
+// a read asks every endpoint at once and returns a state that includes every
+// update of the keys read that any replica had received when it answered.
+//
+// The pair a user picks it for is an update at All with reads at
+// InvokeWeak (R = 1, W = N: the read and write sets intersect): a weak read
+// of any replica that starts after such an update completed includes it,
+// at the cost of a weak read, no round trip; the update pays the round
+// trip to the farthest replica instead of the nearest majority's. It is
+// not available while a replica is down or cut off: an update at All then
+// waits, and fails with ErrUnavailable once an endpoint's Status has failed
+// for a second (the update is applied at its origin all the same, as a
+// failed quorum write's is), and a read at All fails at once. As at the
+// quorum level, committed weak updates are in commit order, which for
+// updates of different replicas need not follow real time (Creek §4.1).
+func (c *Client) InvokeAll(ctx context.Context, op Op) *correctable.Correctable[Result] {
+	return correctable.Invoke(ctx, quorumOp{c: c, all: true}, op)
+}
 
-func (b quorumOp) Levels() []correctable.Level { return quorumLevels }
+// quorumOp is the binding behind InvokeQuorum and, with all, InvokeAll.
+type quorumOp struct {
+	c   *Client
+	all bool
+}
+
+func (b quorumOp) Levels() []correctable.Level {
+	if b.all {
+		return allLevels
+	}
+	return quorumLevels
+}
+
+// level is the level of the binding's view.
+func (b quorumOp) level() correctable.Level {
+	if b.all {
+		return All
+	}
+	return Quorum
+}
 
 // quorumAnswer is one replica's answer to a quorum read.
 type quorumAnswer struct {
@@ -121,13 +167,13 @@ func (b quorumOp) Submit(ctx context.Context, op Op, levels []correctable.Level,
 	c.stats.ops.Add(1)
 	tr := OpTrace{Op: op}
 	if c.cfg.recorder != nil {
-		emit = c.cfg.recorder.traceEmitter(op, traceStart(ctx), Quorum, emit)
+		emit = c.cfg.recorder.traceEmitter(op, traceStart(ctx), b.level(), emit)
 	}
 	var err error
 	if op.ReadOnly() {
-		err = c.quorum(ctx, op, emit, &tr)
+		err = c.quorum(ctx, op, emit, &tr, b.all)
 	} else {
-		err = c.quorumWrite(ctx, op, emit, &tr)
+		err = c.quorumWrite(ctx, op, emit, &tr, b.all)
 	}
 	if err != nil && ctx.Err() == nil {
 		c.stats.failed.Add(1)
@@ -139,7 +185,9 @@ func (b quorumOp) Submit(ctx context.Context, op Op, levels []correctable.Level,
 	return err
 }
 
-func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Result], tr *OpTrace) error {
+// quorum runs the read-only op as InvokeQuorum describes; with all, every
+// endpoint is the majority, and all are asked at once.
+func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Result], tr *OpTrace, all bool) error {
 	if c.isClosed() {
 		return fmt.Errorf("client: %v: %w", op, ErrClosed)
 	}
@@ -154,7 +202,10 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 		return fmt.Errorf("client: %v: request of %d bytes over %d: %w", op, n, MaxRequestBytes, ErrInvalidArgument)
 	}
 	route := c.route()
-	need := len(route)/2 + 1
+	need, level := len(route)/2+1, Quorum
+	if all {
+		need, level = len(route), All
+	}
 	qctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the answers not waited for
 	answers := make(chan quorumAnswer, len(route))
@@ -174,7 +225,7 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 		}()
 	}
 	first := need
-	if c.cfg.quorumHedgeSet && c.cfg.quorumHedge == 0 {
+	if all || c.cfg.quorumHedgeSet && c.cfg.quorumHedge == 0 {
 		first = len(route) // every endpoint at once
 	}
 	next := 0
@@ -193,7 +244,7 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	var errs []error
 	for pending := first; len(got) < need; pending-- {
 		if pending == 0 {
-			return fmt.Errorf("client: %v: quorum read: %d of %d endpoints answered, want %d: %w: %w", op, len(got), len(route), need, ErrUnavailable, errors.Join(errs...))
+			return fmt.Errorf("client: %v: %v read: %d of %d endpoints answered, want %d: %w: %w", op, level, len(got), len(route), need, ErrUnavailable, errors.Join(errs...))
 		}
 		var a quorumAnswer
 		select {
@@ -258,7 +309,7 @@ func (c *Client) quorum(ctx context.Context, op Op, emit correctable.Emitter[Res
 	}
 	tr.Endpoint = best.e.addr
 	v := best.view
-	v.Level, v.Final, v.Elapsed, v.Confirmed = Quorum, false, 0, false
+	v.Level, v.Final, v.Elapsed, v.Confirmed = level, false, 0, false
 	if err := emit(v); err != nil && !errors.Is(err, correctable.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
@@ -386,8 +437,9 @@ const (
 )
 
 // quorumWrite runs the update op weakly at the nearest replica, then waits
-// until a majority of the endpoints has received it (see InvokeQuorum).
-func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitter[Result], tr *OpTrace) error {
+// until a majority of the endpoints (with all, every endpoint) has received
+// it (see InvokeQuorum and InvokeAll).
+func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitter[Result], tr *OpTrace, all bool) error {
 	var view correctable.View[Result]
 	viewed := false
 	if err := c.run(ctx, op, []correctable.Level{correctable.Eventual}, false, func(v correctable.View[Result]) error {
@@ -402,13 +454,16 @@ func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitte
 	}
 	origin := tr.Endpoint
 	route := c.route()
-	need := len(route)/2 + 1 - 1 // the origin has it
+	need, level := len(route)/2+1-1, Quorum // the origin has it
+	if all {
+		need, level = len(route)-1, All
+	}
 	if need > 0 {
 		if err := c.awaitReceived(ctx, op, st.Op, origin, route, need, tr); err != nil {
 			return err
 		}
 	}
-	view.Level, view.Final, view.Elapsed, view.Confirmed = Quorum, false, 0, false
+	view.Level, view.Final, view.Elapsed, view.Confirmed = level, false, 0, false
 	if err := emit(view); err != nil && !errors.Is(err, correctable.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrProtocol, err)
 	}

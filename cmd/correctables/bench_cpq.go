@@ -75,10 +75,10 @@ func (f cpqFlags) plan() (*cpqPlan, error) {
 	}
 	for _, fig := range cpqList(f.figures) {
 		switch fig {
-		case "1", "2", "3", "q", "qq", "ctl":
+		case "1", "2", "3", "q", "qq", "wa", "ctl":
 			p.figures[fig] = true
 		default:
-			return nil, fmt.Errorf("--figures: %q: want 1, 2, 3, q, qq or ctl", fig)
+			return nil, fmt.Errorf("--figures: %q: want 1, 2, 3, q, qq, wa or ctl", fig)
 		}
 	}
 	if f.quorumHedge != "auto" {
@@ -208,6 +208,11 @@ values written in its window, and the p95 latency of reads and writes:
              once a majority has received the update), then CPQ over them,
              the quorum level with each --pq probability for reads and
              writes; with figure 3, each AD row is set against them too
+  wa         reads weak, updates weak or at all (R = 1, W = N: an update
+             acknowledged once every replica has received it, so a weak
+             read that starts after it completed includes it):
+             weak-all, then CPQ with an update at all with each --pq
+             probability; with figure 3, AD rows are set against them too
   ctl        the controller (internal/cpqctl) tuning p to hold the SLA
              "read p95 <= --sla-latency and stale fraction <= --sla-stale"
              for --ctl-duration; at --change-at every message between
@@ -230,9 +235,9 @@ last distribution (check it with 'correctables check gamma').`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dists, "dists", "latest,hotspot", "key distributions: latest (1k keys), hotspot (10k keys)")
-	fl.StringVar(&f.figures, "figures", "1,2,3,ctl", "what to run: 1, 2, 3, q, qq, ctl")
+	fl.StringVar(&f.figures, "figures", "1,2,3,ctl", "what to run: 1, 2, 3, q, qq, wa, ctl (wa: reads weak, updates weak or at all)")
 	fl.StringVar(&f.pSteps, "p", "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1", "figure 2's probabilities of the strong level")
-	fl.StringVar(&f.pqSteps, "pq", "0.25,0.5,0.75,0.9", "figure q's probabilities of a quorum read (writes weak), and figure qq's of the quorum level (reads and writes)")
+	fl.StringVar(&f.pqSteps, "pq", "0.25,0.5,0.75,0.9", "figure q's probabilities of a quorum read (writes weak), figure qq's of the quorum level (reads and writes), and figure wa's of an update at all (reads weak)")
 	fl.BoolVar(&f.ctlQuorum, "ctl-quorum", false, "the controller tunes p between weak and quorum reads (writes weak) rather than weak and strong operations")
 	fl.StringVar(&f.adSteps, "ad", "0,5ms,10ms,15ms,20ms", "figure 3's artificial delays before weak reads")
 	fl.StringVar(&f.wan, "wan", "", "emulated WAN preset (ec2-2016, pileus-2013); default loopback")
@@ -345,6 +350,13 @@ func runCPQBench(ctx context.Context, out, progress io.Writer, p *cpqPlan) error
 			add("qq", cpqbench.Row{Label: "quorum-quorum", ReadP: 1, WriteP: 1, QuorumReads: true, QuorumWrites: true})
 			for _, x := range p.pqs {
 				add("qq", cpqbench.Row{Label: fmt.Sprintf("pqq=%.2f", x), ReadP: x, WriteP: x, QuorumReads: true, QuorumWrites: true})
+			}
+		}
+		if p.figures["wa"] {
+			// Reads weak (ONE); updates weak or at All (R = 1, W = N).
+			add("wa", cpqbench.Row{Label: "weak-all", WriteP: 1, AllWrites: true})
+			for _, x := range p.pqs {
+				add("wa", cpqbench.Row{Label: fmt.Sprintf("pwa=%.2f", x), WriteP: x, AllWrites: true})
 			}
 		}
 		fmt.Fprintf(progress, "bench cpq: %s over %d keys, %s, %.0f ops/s target, %d rows of %v (+%v warmup), %v more one-way between replicas\n",
@@ -632,6 +644,9 @@ func rowSummary(r *cpqbench.Result) string {
 	s := fmt.Sprintf("%-12s %6.0f ops/s  strong %4.2f  quorum %4.2f  positive Γ %d/%d = %.4f (max %v)  read p95 %v  write p95 %v  errors %d  missed %d",
 		r.Row.Label, r.OpsPerSec(), cpqFrac(r.Strong, r.Ops), cpqFrac(r.Quorum, r.Ops), r.Positive, r.Values, r.Proportion(), r.Gamma.Round(time.Microsecond),
 		cpqbench.P95(r.ReadLat), cpqbench.P95(r.WriteLat), r.Errors, r.Missed)
+	if r.All > 0 {
+		s += fmt.Sprintf("  all %4.2f", cpqFrac(r.All, r.Ops))
+	}
 	if r.Quorum > 0 {
 		s += fmt.Sprintf("  quorum reads that waited %d", r.QuorumWaits)
 	}
@@ -652,11 +667,11 @@ func cpqMS(d time.Duration) string {
 func printCPQTable(w io.Writer, net string, rate float64, rows []cpqRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "bench cpq on %s, %.0f ops/s offered, 80%% reads, three replicas, one client each\n", net, rate)
-	fmt.Fprintln(tw, "figure\tdist\trow\tops/s\tstrong\tquorum\tvalues\tpositive Γ\tproportion\tmax Γ ms\tread p50 ms\tread p95 ms\twrite p50 ms\twrite p95 ms\terrors\tmissed\t")
+	fmt.Fprintln(tw, "figure\tdist\trow\tops/s\tstrong\tquorum\tall\tvalues\tpositive Γ\tproportion\tmax Γ ms\tread p50 ms\tread p95 ms\twrite p50 ms\twrite p95 ms\terrors\tmissed\t")
 	for _, r := range rows {
 		x := r.res
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%.4f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.figure, r.dist, x.Row.Label, x.OpsPerSec(),
-			cpqFrac(x.Strong, x.Ops), cpqFrac(x.Quorum, x.Ops), x.Values, x.Positive, x.Proportion(), cpqMS(x.Gamma), cpqMS(cpqP50(x.ReadLat)), cpqMS(cpqbench.P95(x.ReadLat)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%.4f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.figure, r.dist, x.Row.Label, x.OpsPerSec(),
+			cpqFrac(x.Strong, x.Ops), cpqFrac(x.Quorum, x.Ops), cpqFrac(x.All, x.Ops), x.Values, x.Positive, x.Proportion(), cpqMS(x.Gamma), cpqMS(cpqP50(x.ReadLat)), cpqMS(cpqbench.P95(x.ReadLat)),
 			cpqMS(cpqP50(x.WriteLat)), cpqMS(cpqbench.P95(x.WriteLat)), x.Errors, x.Missed)
 	}
 	tw.Flush()
@@ -770,13 +785,13 @@ func writeCPQCSV(path, net string, rate float64, rows []cpqRow) error {
 	w := csv.NewWriter(fh)
 	w.Write([]string{"figure", "dist", "net", "row", "read_p", "write_p", "read_delay_ms", "target_ops_per_s", "ops_per_s", "ops", "reads", "writes",
 		"strong_frac", "quorum_frac", "values", "positive", "proportion", "max_gamma_ms", "unmatched_reads", "read_p50_ms", "read_p95_ms", "write_p50_ms", "write_p95_ms", "errors", "missed",
-		"quorum_waits"})
+		"quorum_waits", "all_frac"})
 	for _, r := range rows {
 		x := r.res
 		w.Write([]string{r.figure, r.dist, net, x.Row.Label, cpqF(x.Row.ReadP), cpqF(x.Row.WriteP), cpqMS(x.Row.ReadDelay), cpqF(rate), cpqF(x.OpsPerSec()),
 			cpqU(x.Ops), cpqU(x.Reads), cpqU(x.Writes), cpqF(cpqFrac(x.Strong, x.Ops)), cpqF(cpqFrac(x.Quorum, x.Ops)), strconv.Itoa(x.Values), strconv.Itoa(x.Positive), cpqF(x.Proportion()),
 			cpqMS(x.Gamma), strconv.Itoa(x.Unmatched), cpqMS(cpqP50(x.ReadLat)), cpqMS(cpqbench.P95(x.ReadLat)), cpqMS(cpqP50(x.WriteLat)),
-			cpqMS(cpqbench.P95(x.WriteLat)), cpqU(x.Errors), cpqU(x.Missed), cpqU(x.QuorumWaits)})
+			cpqMS(cpqbench.P95(x.WriteLat)), cpqU(x.Errors), cpqU(x.Missed), cpqU(x.QuorumWaits), cpqF(cpqFrac(x.All, x.Ops))})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -850,8 +865,9 @@ func compareCPQAD(rows []cpqRow) string {
 			// with probability p), figure q's over weak and quorum reads
 			// (its reads strong with writes weak are no CPQ policy), and
 			// figure qq's over the weak and quorum levels (the paper's
-			// ONE/QUORUM pair).
-			cpq := q.figure == "2" || q.figure == "qq" || q.figure == "q" && !(q.res.Row.ReadP == 1 && !q.res.Row.QuorumReads)
+			// ONE/QUORUM pair), and figure wa's over weak reads and
+			// updates weak or at All (ONE-ONE and ONE-ALL).
+			cpq := q.figure == "2" || q.figure == "qq" || q.figure == "wa" || q.figure == "q" && !(q.res.Row.ReadP == 1 && !q.res.Row.QuorumReads)
 			if !cpq || q.dist != ad.dist || !measured(q.res) {
 				continue
 			}
@@ -860,7 +876,7 @@ func compareCPQAD(rows []cpqRow) string {
 			}
 		}
 		if b.Len() == 0 {
-			b.WriteString("CPQ (figure 2, figure q's quorum reads, figure qq's quorum level) against AD at an equal or lower proportion of positive Γ (read p95; the paper's severalfold: ratio <= 0.33):\n")
+			b.WriteString("CPQ (figure 2, figure q's quorum reads, figure qq's quorum level, figure wa's writes at all) against AD at an equal or lower proportion of positive Γ (read p95; the paper's severalfold: ratio <= 0.33):\n")
 		}
 		adP95 := cpqbench.P95(ad.res.ReadLat)
 		if cheaper != nil {

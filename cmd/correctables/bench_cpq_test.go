@@ -127,6 +127,12 @@ func TestCompareCPQADSkipsUnmeasuredRows(t *testing.T) {
 		t.Fatalf("comparison with a row of figure qq:\n%s", got)
 	}
 	rows = rows[:len(rows)-1]
+	// So are figure wa's (reads weak, updates at all).
+	rows = append(rows, cpqRow{"wa", "latest", row("weak-all", 0, 0, 200, 0, 1, 1, 1, 2)})
+	if got := compareCPQAD(rows); !strings.Contains(got, "weak-all proportion 0.0000") || !strings.Contains(got, "ratio 0.07") {
+		t.Fatalf("comparison with a row of figure wa:\n%s", got)
+	}
+	rows = rows[:len(rows)-1]
 	// AD 0 as fresh as every delayed row does not silence the comparison.
 	rows = append(rows, cpqRow{"3", "latest", row("AD 0s", 0, 0, 200, 0, 1, 1, 1, 2)})
 	if got := compareCPQAD(rows); !strings.Contains(got, "AD 5ms    proportion 0.0000, read p95 30.015ms; p=1.00") {

@@ -134,6 +134,24 @@ func TestCLIAgainstCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("all level", func(t *testing.T) {
+		for _, args := range [][]string{{"invoke", "--all", "put", "ak", "av"}, {"invoke", "--all", "get", "ak"}} {
+			if out := must(t, nil, args...); !strings.Contains(out, " all ") || strings.Count(out, "\n") != 1 {
+				t.Errorf("correctables %s: %q, want one view at level all", strings.Join(args, " "), out)
+			}
+		}
+		// Every replica received it: a weak read of any sees it.
+		if out := must(t, nil, "invoke", "--weak", "get", "ak"); !strings.Contains(out, "av") {
+			t.Errorf("weak read after a write at all: %q, want av", out)
+		}
+		for _, bad := range [][]string{{"--all", "--quorum"}, {"--all", "--weak"}, {"--all", "--cpq", "0.5"}} {
+			args := append(append([]string{"invoke"}, bad...), "get", "ak")
+			if _, err := run(t, nil, args...); err == nil || !strings.Contains(err.Error(), "--all") {
+				t.Errorf("correctables %s: %v, want an error naming --all", strings.Join(args, " "), err)
+			}
+		}
+	})
+
 	t.Run("view labels", func(t *testing.T) {
 		must(t, nil, "put", "lbl", "x")
 		for flag, want := range map[string]string{"--weak": "preliminary", "--strong": "final"} {

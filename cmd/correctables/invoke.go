@@ -108,7 +108,7 @@ func parseOp(args []string, stdin io.Reader) (client.Op, error) {
 }
 
 func newInvokeCmd(cf *connFlags) *cobra.Command {
-	var weak, strong, quorum, cpqQuorum bool
+	var weak, strong, quorum, all, cpqQuorum bool
 	var out outputFormat
 	var cpqP, cpqWriteP float64
 	var readDelay time.Duration
@@ -130,7 +130,10 @@ paper's QUORUM). --quorum runs the operation at the quorum level, no
 consensus, one view at level quorum: a read returns the freshest of a
 majority of the replicas' tentative states, an update is acknowledged once
 a majority of the replicas has received it (docs/consistency.md says what
-the level guarantees). --session FILE runs the
+the level guarantees). --all is --quorum with every replica for the
+majority (Cassandra's ALL): an update is acknowledged once every replica has
+received it, so that a weak read of any replica that starts after it
+includes it. --session FILE runs the
 operation within a session kept in FILE and prints the guarantees each view satisfies for it; --sla
 cart|password|web|FILE.json reads a key under a consistency-based SLA
 (Pileus §3.3) and prints the subSLA each view met and its utility, the
@@ -166,13 +169,16 @@ final one, also when it is the only view asked for.
 			if quorum && (weak || strong) {
 				return errors.New("--quorum asks for the quorum level's view only: give neither --weak nor --strong")
 			}
+			if all && (weak || strong || quorum) {
+				return errors.New("--all asks for the all level's view only: give none of --weak, --strong and --quorum")
+			}
 			if err := sf.check(op, weak, strong, cmd.Flags().Changed("cpq") || cmd.Flags().Changed("cpq-write")); err != nil {
 				return err
 			}
 			var cpq *client.CPQ
 			if f := cmd.Flags(); f.Changed("cpq") || f.Changed("cpq-write") || f.Changed("read-delay") || cpqQuorum {
-				if weak || strong || quorum {
-					return errors.New("--cpq, --cpq-write, --cpq-quorum and --read-delay choose the level: give none of --weak, --strong and --quorum")
+				if weak || strong || quorum || all {
+					return errors.New("--cpq, --cpq-write, --cpq-quorum and --read-delay choose the level: give none of --weak, --strong, --quorum and --all")
 				}
 				if !f.Changed("cpq-write") {
 					cpqWriteP = cpqP
@@ -181,8 +187,8 @@ final one, also when it is the only view asked for.
 					return err
 				}
 			}
-			if quorum && sf.active() {
-				return errors.New("--session and --sla choose the views: drop --quorum")
+			if (quorum || all) && sf.active() {
+				return errors.New("--session and --sla choose the views: drop --quorum and --all")
 			}
 			ctx, c, done, err := cf.connect(cmd)
 			if err != nil {
@@ -198,6 +204,8 @@ final one, also when it is the only view asked for.
 				cor = c.InvokeCPQ(ctx, op, cpq)
 			case quorum:
 				cor = c.InvokeQuorum(ctx, op)
+			case all:
+				cor = c.InvokeAll(ctx, op)
 			case weak:
 				cor = c.InvokeWeak(ctx, op)
 			case strong:
@@ -218,6 +226,7 @@ final one, also when it is the only view asked for.
 	cmd.Flags().Uint64Var(&cpqSeed, "seed", 1, "CPQ: seed of the draw")
 	cmd.Flags().BoolVar(&cpqQuorum, "cpq-quorum", false, "CPQ: an operation drawn at the stronger level runs at the quorum level (as --quorum), not the strong one")
 	cmd.Flags().BoolVar(&quorum, "quorum", false, "the quorum level (one view): a read of the freshest of a majority's tentative states, an update acknowledged once a majority has received it")
+	cmd.Flags().BoolVar(&all, "all", false, "the all level (one view): --quorum with every replica for the majority; an update acknowledged once every replica has received it")
 	sf.register(cmd)
 	return cmd
 }

@@ -150,6 +150,13 @@ type Row struct {
 	// strong one. With QuorumReads, the levels are the paper's ONE and
 	// QUORUM.
 	QuorumWrites bool
+	// AllWrites: an update drawn at the stronger level is a write at All
+	// (client.InvokeAll, by the host's client that knows every replica:
+	// acknowledged once every replica has received it). Reads drawn at the
+	// stronger level stay strong (or quorum, with QuorumReads): the pair
+	// ONE-ONE and ONE-ALL has ReadP 0. Not with QuorumWrites or a
+	// Controller.
+	AllWrites bool
 	// Controller, if set, tunes p (both reads and writes) every Period,
 	// starting from its Config.P.
 	Controller *cpqctl.Config
@@ -251,9 +258,10 @@ type Result struct {
 	// delays included).
 	ReadLat, WriteLat *hdrhistogram.Histogram
 	// Strong counts the operations that ran at the strong level, Quorum
-	// the quorum reads; QuorumWaits the quorum reads in the window that
-	// waited for a replica to catch up (client.Stats.QuorumWaits).
-	Strong, Quorum, QuorumWaits uint64
+	// those at the quorum level, All the updates at All; QuorumWaits the
+	// quorum reads in the window that waited for a replica to catch up
+	// (client.Stats.QuorumWaits).
+	Strong, Quorum, All, QuorumWaits uint64
 	// Values written in the window, and those with a positive Γ score;
 	// Gamma the largest score among them; Unmatched reads of values the
 	// trace never saw written.
@@ -333,6 +341,9 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cpqbench: %w", err)
 	}
+	if row.AllWrites && (row.QuorumWrites || row.Controller != nil) {
+		return nil, fmt.Errorf("cpqbench: row %q: AllWrites with QuorumWrites or a controller", row.Label)
+	}
 	var ctl *cpqctl.Controller
 	p0 := row.ReadP
 	if row.Controller != nil {
@@ -360,7 +371,7 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 	policies := make([]*client.CPQ, len(h.Clients))
 	for i := range policies {
 		var err error
-		policies[i], err = client.NewCPQ(client.CPQConfig{ReadP: row.ReadP, WriteP: row.WriteP, ReadDelay: row.ReadDelay, Seed: cfg.Seed + uint64(i), QuorumReads: row.QuorumReads, QuorumWrites: row.QuorumWrites})
+		policies[i], err = client.NewCPQ(client.CPQConfig{ReadP: row.ReadP, WriteP: row.WriteP, ReadDelay: row.ReadDelay, Seed: cfg.Seed + uint64(i), QuorumReads: row.QuorumReads, QuorumWrites: row.QuorumWrites, AllWrites: row.AllWrites})
 		if err != nil {
 			return nil, err
 		}
@@ -424,6 +435,8 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 			res.Strong++
 		case client.Quorum:
 			res.Quorum++
+		case client.All:
+			res.All++
 		}
 		if read {
 			res.Reads++
@@ -476,13 +489,15 @@ func Run(ctx context.Context, h *Hosts, cfg Config, row Row) (*Result, error) {
 				}
 				octx, ocancel := context.WithTimeout(rctx, cfg.OpTimeout)
 				var cor *correctable.Correctable[client.Result]
-				if (pol.QuorumReads() || pol.QuorumWrites()) && q != nil {
+				if (pol.QuorumReads() || pol.QuorumWrites() || pol.AllWrites()) && q != nil {
 					// Drawn here, in order; weak and strong operations
 					// go to the host's replica, quorum ones to a
 					// majority.
 					switch strong, _ := pol.Choose(cop); {
 					case strong && (op.Read && pol.QuorumReads() || !op.Read && pol.QuorumWrites()):
 						cor = q.InvokeQuorum(octx, cop)
+					case strong && !op.Read && pol.AllWrites():
+						cor = q.InvokeAll(octx, cop)
 					case strong:
 						cor = c.InvokeStrong(octx, cop)
 					default:

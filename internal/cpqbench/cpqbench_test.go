@@ -43,6 +43,7 @@ func TestRowsOnACluster(t *testing.T) {
 		{Label: "AD 5ms", ReadDelay: 5 * time.Millisecond},
 		{Label: "quorum", ReadP: 1, QuorumReads: true},
 		{Label: "quorum-quorum", ReadP: 1, WriteP: 1, QuorumReads: true, QuorumWrites: true},
+		{Label: "weak-all", WriteP: 1, AllWrites: true},
 		{Label: "controller", Controller: &cpqctl.Config{SLA: cpqctl.SLA{Latency: time.Second, Stale: 0.5}, P: 0.5}},
 		{Label: "controller quorum", QuorumReads: true, Controller: &cpqctl.Config{SLA: cpqctl.SLA{Latency: time.Second, Stale: 0.5}, P: 0.5}},
 	} {
@@ -63,6 +64,13 @@ func TestRowsOnACluster(t *testing.T) {
 			// Every operation at the quorum level, none strong.
 			if res.Strong != 0 || res.Quorum != res.Ops || res.Errors != 0 {
 				t.Fatalf("quorum-quorum: %d strong operations, %d of %d at quorum, %d errors (%s)", res.Strong, res.Quorum, res.Ops, res.Errors, res.FirstError)
+			}
+			continue
+		}
+		if row.AllWrites {
+			// Every update at all, every read weak.
+			if res.Strong != 0 || res.Quorum != 0 || res.All != res.Writes || res.Errors != 0 {
+				t.Fatalf("weak-all: %d strong, %d quorum, %d of %d updates at all, %d errors (%s)", res.Strong, res.Quorum, res.All, res.Writes, res.Errors, res.FirstError)
 			}
 			continue
 		}
