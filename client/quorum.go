@@ -459,7 +459,7 @@ func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitte
 		need, level = len(route)-1, All
 	}
 	if need > 0 {
-		if err := c.awaitReceived(ctx, op, st.Op, origin, route, need, tr); err != nil {
+		if err := c.awaitReceived(ctx, op, st.Op, origin, route, need, level, tr); err != nil {
 			return err
 		}
 	}
@@ -479,7 +479,7 @@ func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitte
 // answer only once it has failed for quorumUnavailableAfter (a blip of the
 // connection does not fail a write its origin has applied); the write
 // fails with ErrUnavailable once fewer endpoints than it needs can answer.
-func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin string, route []*endpoint, need int, tr *OpTrace) error {
+func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin string, route []*endpoint, need int, level correctable.Level, tr *OpTrace) error {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type receipt struct {
@@ -541,14 +541,14 @@ func (c *Client) awaitReceived(ctx context.Context, op Op, id OpID, origin strin
 	for left := asked; need > 0; left-- {
 		if left < need {
 			if c.isClosed() {
-				return fmt.Errorf("client: %v: quorum write: %w", op, ErrClosed)
+				return fmt.Errorf("client: %v: %v write: %w", op, level, ErrClosed)
 			}
-			return fmt.Errorf("client: %v: quorum write of operation %d:%d: %d more of the %d endpoints must receive it, %d can answer: %w: %w",
-				op, id.Origin, id.Seq, need, len(route), left, ErrUnavailable, errors.Join(errs...))
+			return fmt.Errorf("client: %v: %v write of operation %d:%d: %d more of the %d endpoints must receive it, %d can answer: %w: %w",
+				op, level, id.Origin, id.Seq, need, len(route), left, ErrUnavailable, errors.Join(errs...))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("client: %v: quorum write of operation %d:%d, accepted at %s: waiting for %d more replicas to receive it: %w", op, id.Origin, id.Seq, origin, need, context.Cause(ctx))
+			return fmt.Errorf("client: %v: %v write of operation %d:%d, accepted at %s: waiting for %d more replicas to receive it: %w", op, level, id.Origin, id.Seq, origin, need, context.Cause(ctx))
 		case r := <-receipts:
 			tr.Attempts++
 			switch {
