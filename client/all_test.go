@@ -63,10 +63,21 @@ func TestAllWriteWaitsForEveryReplica(t *testing.T) {
 	if _, err := final(t, cl.InvokeQuorum(t.Context(), client.Put("k", []byte("v")))); err != nil {
 		t.Fatalf("quorum write with c failing: %v", err)
 	}
+	// c is now known to be down: the next update at all is refused before
+	// it runs anywhere.
+	before := len(a.requests())
+	if _, err := final(t, cl.InvokeAll(t.Context(), client.Put("k", []byte("v")))); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("write at all with c known down: %v, want ErrUnavailable", err)
+	}
+	if n := len(a.requests()) - before; n != 0 {
+		t.Fatalf("write at all with c known down ran at a (%d requests), want refused before running", n)
+	}
 
 	// A CPQ policy over updates at All: every update drawn at p = 1 is
-	// at All, every read stays weak.
+	// at All, every read stays weak (a new client: the first one's probes
+	// are an hour apart, and c is still down to it).
 	c.statusFail.Store(false)
+	cl = dial(t, []string{addrA, addrB, addrC})
 	pol, err := client.NewCPQ(client.CPQConfig{WriteP: 1, AllWrites: true, Seed: 1})
 	if err != nil {
 		t.Fatal(err)

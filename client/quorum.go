@@ -121,10 +121,13 @@ func (c *Client) InvokeQuorum(ctx context.Context, op Op) *correctable.Correctab
 // of any replica that starts after such an update completed includes it,
 // at the cost of a weak read, no round trip; the update pays the round
 // trip to the farthest replica instead of the nearest majority's. It is
-// not available while a replica is down or cut off: an update at All then
-// waits, and fails with ErrUnavailable once an endpoint's Status has failed
-// for a second (the update is applied at its origin all the same, as a
-// failed quorum write's is), and a read at All fails at once. As at the
+// not available while a replica is down or cut off: an update at All while
+// the Client knows an endpoint is down (an operation or probe found it
+// unavailable and no probe has answered since) fails with ErrUnavailable
+// and runs nothing; one whose replica goes down meanwhile waits, and fails
+// with ErrUnavailable once the endpoint's Status has failed for a second
+// (the update is applied at its origin all the same, as a failed quorum
+// write's is); a read at All fails at once. As at the
 // quorum level, committed weak updates are in commit order, which for
 // updates of different replicas need not follow real time (Creek §4.1).
 func (c *Client) InvokeAll(ctx context.Context, op Op) *correctable.Correctable[Result] {
@@ -440,6 +443,17 @@ const (
 // until a majority of the endpoints (with all, every endpoint) has received
 // it (see InvokeQuorum and InvokeAll).
 func (c *Client) quorumWrite(ctx context.Context, op Op, emit correctable.Emitter[Result], tr *OpTrace, all bool) error {
+	if all {
+		// An update at all would wait for a replica known to be down, and
+		// fail after applying at its origin: refuse it first, running
+		// nothing (Cassandra's Unavailable).
+		for _, e := range c.endpoints {
+			if info := e.info(); !info.Healthy {
+				return fmt.Errorf("client: %v: %v write: endpoint %s is down (%v); an update at all needs every replica: ran nothing: %w",
+					op, All, e.addr, info.Err, ErrUnavailable)
+			}
+		}
+	}
 	var view correctable.View[Result]
 	viewed := false
 	if err := c.run(ctx, op, []correctable.Level{correctable.Eventual}, false, func(v correctable.View[Result]) error {
