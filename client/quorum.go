@@ -130,6 +130,9 @@ func (c *Client) InvokeQuorum(ctx context.Context, op Op) *correctable.Correctab
 // write's is); a read at All fails at once. As at the
 // quorum level, committed weak updates are in commit order, which for
 // updates of different replicas need not follow real time (Creek §4.1).
+// Every replica means every endpoint the Client was dialled with: give it
+// every replica's endpoint, or an update at All is one at those replicas
+// only.
 func (c *Client) InvokeAll(ctx context.Context, op Op) *correctable.Correctable[Result] {
 	return correctable.Invoke(ctx, quorumOp{c: c, all: true}, op)
 }
