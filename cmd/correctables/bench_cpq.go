@@ -220,7 +220,7 @@ values written in its window, and the p95 latency of reads and writes:
 
 Without --sla-latency and --sla-stale the SLA is derived from figure 2's
 rows (with --ctl-quorum, from figure q's weak and quorum reads; see
-docs/benchmarks.md). Progress goes to stderr, one line per
+docs/benchmarks/cpq.md). Progress goes to stderr, one line per
 --period; the tables to stdout; --csv writes the rows and, beside them
 (-timeline.csv), the controller's timeline; --trace the whole trace of the
 last distribution (check it with 'correctables check gamma').`,

@@ -114,7 +114,7 @@ func reqSize(q *Req) int {
 // no-ops, two puts of a key from two replicas committed in the order of
 // those no-ops' phases, 50 ms apart at most, and a state then reverted the
 // key to the earlier put: weak and quorum reads returned ten times as many
-// stale values (docs/benchmarks.md, "The no-op and the commit order").
+// stale values (docs/benchmarks/cpq.md, "The no-op and the commit order").
 func (r *Replica) proposeNoop() {
 	ops := r.tentativeToPropose()
 	if chunks := r.chunks(ops); len(chunks) > 0 {
