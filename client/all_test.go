@@ -97,7 +97,7 @@ func TestAllWriteWaitsForEveryReplica(t *testing.T) {
 func TestAllReadAsksEveryReplica(t *testing.T) {
 	// c is the slowest and the freshest: a quorum read of the nearest two
 	// does not see its value, a read at all does.
-	a, b, c := stamped(1, "old", 3, 0), stamped(2, "new", 5, 0), stamped(3, "newest", 9, 50*time.Millisecond)
+	a, b, c := stamped(1, "old", 3, 0), stamped(2, "new", 5, 0), stamped(3, "newest", 9, 200*time.Millisecond)
 	addrA, _ := serve(t, a)
 	addrB, _ := serve(t, b)
 	addrC, srvC := serve(t, c)
