@@ -135,7 +135,7 @@ func TestCLIAgainstCluster(t *testing.T) {
 	})
 
 	t.Run("all level", func(t *testing.T) {
-		for _, args := range [][]string{{"invoke", "--all", "put", "ak", "av"}, {"invoke", "--all", "get", "ak"}} {
+		for _, args := range [][]string{{"invoke", "--all", "put", "ak", "av"}, {"invoke", "--all", "get", "ak"}, {"invoke", "--cpq", "0", "--cpq-write", "1", "--cpq-all", "put", "ak", "av"}} {
 			if out := must(t, nil, args...); !strings.Contains(out, " all ") || strings.Count(out, "\n") != 1 {
 				t.Errorf("correctables %s: %q, want one view at level all", strings.Join(args, " "), out)
 			}
@@ -144,9 +144,9 @@ func TestCLIAgainstCluster(t *testing.T) {
 		if out := must(t, nil, "invoke", "--weak", "get", "ak"); !strings.Contains(out, "av") {
 			t.Errorf("weak read after a write at all: %q, want av", out)
 		}
-		for _, bad := range [][]string{{"--all", "--quorum"}, {"--all", "--weak"}, {"--all", "--cpq", "0.5"}} {
+		for _, bad := range [][]string{{"--all", "--quorum"}, {"--all", "--weak"}, {"--all", "--cpq", "0.5"}, {"--cpq-all", "--cpq-quorum", "--cpq", "1"}} {
 			args := append(append([]string{"invoke"}, bad...), "get", "ak")
-			if _, err := run(t, nil, args...); err == nil || !strings.Contains(err.Error(), "--all") {
+			if _, err := run(t, nil, args...); err == nil || !strings.Contains(err.Error(), "-all") {
 				t.Errorf("correctables %s: %v, want an error naming --all", strings.Join(args, " "), err)
 			}
 		}

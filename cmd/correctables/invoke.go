@@ -108,7 +108,7 @@ func parseOp(args []string, stdin io.Reader) (client.Op, error) {
 }
 
 func newInvokeCmd(cf *connFlags) *cobra.Command {
-	var weak, strong, quorum, all, cpqQuorum bool
+	var weak, strong, quorum, all, cpqQuorum, cpqAll bool
 	var out outputFormat
 	var cpqP, cpqWriteP float64
 	var readDelay time.Duration
@@ -126,7 +126,8 @@ for the preliminary view only (invokeWeak), --strong for the final only
 probability P (continuous partial quorums, CPQ §1; --cpq-write sets another
 probability for updates, --read-delay an artificial delay before a weak read,
 --seed the draw; --cpq-quorum makes the stronger level the quorum level, the
-paper's QUORUM). --quorum runs the operation at the quorum level, no
+paper's QUORUM; --cpq-all makes an update's stronger level the all level,
+as --all). --quorum runs the operation at the quorum level, no
 consensus, one view at level quorum: a read returns the freshest of a
 majority of the replicas' tentative states, an update is acknowledged once
 a majority of the replicas has received it (docs/consistency.md says what
@@ -176,14 +177,17 @@ final one, also when it is the only view asked for.
 				return err
 			}
 			var cpq *client.CPQ
-			if f := cmd.Flags(); f.Changed("cpq") || f.Changed("cpq-write") || f.Changed("read-delay") || cpqQuorum {
+			if f := cmd.Flags(); f.Changed("cpq") || f.Changed("cpq-write") || f.Changed("read-delay") || cpqQuorum || cpqAll {
 				if weak || strong || quorum || all {
-					return errors.New("--cpq, --cpq-write, --cpq-quorum and --read-delay choose the level: give none of --weak, --strong, --quorum and --all")
+					return errors.New("--cpq, --cpq-write, --cpq-quorum, --cpq-all and --read-delay choose the level: give none of --weak, --strong, --quorum and --all")
+				}
+				if cpqQuorum && cpqAll {
+					return errors.New("--cpq-quorum and --cpq-all both choose an update's stronger level: give one")
 				}
 				if !f.Changed("cpq-write") {
 					cpqWriteP = cpqP
 				}
-				if cpq, err = client.NewCPQ(client.CPQConfig{ReadP: cpqP, WriteP: cpqWriteP, ReadDelay: readDelay, Seed: cpqSeed, QuorumReads: cpqQuorum, QuorumWrites: cpqQuorum}); err != nil {
+				if cpq, err = client.NewCPQ(client.CPQConfig{ReadP: cpqP, WriteP: cpqWriteP, ReadDelay: readDelay, Seed: cpqSeed, QuorumReads: cpqQuorum, QuorumWrites: cpqQuorum, AllWrites: cpqAll}); err != nil {
 					return err
 				}
 			}
@@ -225,6 +229,7 @@ final one, also when it is the only view asked for.
 	cmd.Flags().DurationVar(&readDelay, "read-delay", 0, "CPQ: artificial delay before a weak read")
 	cmd.Flags().Uint64Var(&cpqSeed, "seed", 1, "CPQ: seed of the draw")
 	cmd.Flags().BoolVar(&cpqQuorum, "cpq-quorum", false, "CPQ: an operation drawn at the stronger level runs at the quorum level (as --quorum), not the strong one")
+	cmd.Flags().BoolVar(&cpqAll, "cpq-all", false, "CPQ: an update drawn at the stronger level runs at the all level (as --all), not the strong one")
 	cmd.Flags().BoolVar(&quorum, "quorum", false, "the quorum level (one view): a read of the freshest of a majority's tentative states, an update acknowledged once a majority has received it")
 	cmd.Flags().BoolVar(&all, "all", false, "the all level (one view): --quorum with every replica for the majority; an update acknowledged once every replica has received it")
 	sf.register(cmd)
