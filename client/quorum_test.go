@@ -16,6 +16,7 @@ import (
 
 	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/client"
+	"github.com/correctables/correctables/correctable"
 	"github.com/correctables/correctables/internal/cluster"
 )
 
@@ -453,24 +454,8 @@ func TestQuorumReadE2EIgnoresOtherKeys(t *testing.T) {
 func TestQuorumWriteE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl := delayableCluster(ctx, t)
-	all, err := client.Dial(ctx, cl.Endpoints)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer all.Close()
-	w, err := all.InvokeQuorum(ctx, client.Put("k", []byte("v0"))).Final(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := client.StampOf(w)
-	origin := s.Op.Origin
-	var others []uint64
-	for id := uint64(1); id <= 3; id++ {
-		if id != origin {
-			others = append(others, id)
-		}
-	}
+	cl, all, origin := clusterWithAWrite(ctx, t, (*client.Client).InvokeQuorum)
+	others := othersThan(origin)
 	if err := cl.SetReplicationDelay(others[0], 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -506,6 +491,36 @@ func TestQuorumWriteE2E(t *testing.T) {
 			}
 		}
 	}
+}
+
+// clusterWithAWrite starts a delayableCluster, dials every replica, writes
+// k = v0 with invoke, and returns the cluster, the client (closed when the
+// test ends) and the replica the write went to.
+func clusterWithAWrite(ctx context.Context, t *testing.T, invoke func(*client.Client, context.Context, client.Op) *correctable.Correctable[client.Result]) (*cluster.Cluster, *client.Client, uint64) {
+	t.Helper()
+	cl := delayableCluster(ctx, t)
+	all, err := client.Dial(ctx, cl.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { all.Close() })
+	w, err := invoke(all, ctx, client.Put("k", []byte("v0"))).Final(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := client.StampOf(w)
+	return cl, all, s.Op.Origin
+}
+
+// othersThan returns the ids of the three replicas other than id.
+func othersThan(id uint64) []uint64 {
+	var out []uint64
+	for r := uint64(1); r <= 3; r++ {
+		if r != id {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // delayableCluster starts a three-replica cluster whose links towards each
