@@ -713,6 +713,212 @@ func (x *CallResult) GetMessage() string {
 	return ""
 }
 
+type PipeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*PipeCall            `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeRequest) Reset() {
+	*x = PipeRequest{}
+	mi := &file_correctables_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeRequest) ProtoMessage() {}
+
+func (x *PipeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeRequest.ProtoReflect.Descriptor instead.
+func (*PipeRequest) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PipeRequest) GetCalls() []*PipeCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+type PipeCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the operation in its result.
+	Id   uint64         `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Call *InvokeRequest `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
+	// timeout_us, if not 0, is the operation's deadline relative to its
+	// arrival, in microseconds, as a Call's deadline: past it the operation's
+	// result is DeadlineExceeded, and a read with min_vv that waits gives up.
+	TimeoutUs     uint64 `protobuf:"varint,3,opt,name=timeout_us,json=timeoutUs,proto3" json:"timeout_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeCall) Reset() {
+	*x = PipeCall{}
+	mi := &file_correctables_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeCall) ProtoMessage() {}
+
+func (x *PipeCall) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeCall.ProtoReflect.Descriptor instead.
+func (*PipeCall) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PipeCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipeCall) GetCall() *InvokeRequest {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *PipeCall) GetTimeoutUs() uint64 {
+	if x != nil {
+		return x.TimeoutUs
+	}
+	return 0
+}
+
+type PipeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*PipeResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeReply) Reset() {
+	*x = PipeReply{}
+	mi := &file_correctables_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeReply) ProtoMessage() {}
+
+func (x *PipeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeReply.ProtoReflect.Descriptor instead.
+func (*PipeReply) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PipeReply) GetResults() []*PipeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type PipeResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the id of the operation this result answers.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// result is the operation's view, or the error Call would have returned.
+	Result        *CallResult `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeResult) Reset() {
+	*x = PipeResult{}
+	mi := &file_correctables_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeResult) ProtoMessage() {}
+
+func (x *PipeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_correctables_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeResult.ProtoReflect.Descriptor instead.
+func (*PipeResult) Descriptor() ([]byte, []int) {
+	return file_correctables_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PipeResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipeResult) GetResult() *CallResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 type KV struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -723,7 +929,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_correctables_proto_msgTypes[8]
+	mi := &file_correctables_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +941,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[8]
+	mi := &file_correctables_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +954,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{8}
+	return file_correctables_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KV) GetKey() string {
@@ -781,7 +987,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_correctables_proto_msgTypes[9]
+	mi := &file_correctables_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +999,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[9]
+	mi := &file_correctables_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1012,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{9}
+	return file_correctables_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Result) GetErr() uint32 {
@@ -868,7 +1074,7 @@ type OpID struct {
 
 func (x *OpID) Reset() {
 	*x = OpID{}
-	mi := &file_correctables_proto_msgTypes[10]
+	mi := &file_correctables_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1086,7 @@ func (x *OpID) String() string {
 func (*OpID) ProtoMessage() {}
 
 func (x *OpID) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[10]
+	mi := &file_correctables_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1099,7 @@ func (x *OpID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpID.ProtoReflect.Descriptor instead.
 func (*OpID) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{10}
+	return file_correctables_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OpID) GetOrigin() uint64 {
@@ -934,7 +1140,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_correctables_proto_msgTypes[11]
+	mi := &file_correctables_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1152,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[11]
+	mi := &file_correctables_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1165,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{11}
+	return file_correctables_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Stamp) GetReplica() uint64 {
@@ -1020,7 +1226,7 @@ type ViewReply struct {
 
 func (x *ViewReply) Reset() {
 	*x = ViewReply{}
-	mi := &file_correctables_proto_msgTypes[12]
+	mi := &file_correctables_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1238,7 @@ func (x *ViewReply) String() string {
 func (*ViewReply) ProtoMessage() {}
 
 func (x *ViewReply) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[12]
+	mi := &file_correctables_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1251,7 @@ func (x *ViewReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewReply.ProtoReflect.Descriptor instead.
 func (*ViewReply) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{12}
+	return file_correctables_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ViewReply) GetFinal() bool {
@@ -1098,7 +1304,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_correctables_proto_msgTypes[13]
+	mi := &file_correctables_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1316,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[13]
+	mi := &file_correctables_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1329,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{13}
+	return file_correctables_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatusRequest) GetMinVv() map[uint64]uint64 {
@@ -1154,7 +1360,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_correctables_proto_msgTypes[14]
+	mi := &file_correctables_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1372,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[14]
+	mi := &file_correctables_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1385,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{14}
+	return file_correctables_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusReply) GetId() uint64 {
@@ -1253,7 +1459,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_correctables_proto_msgTypes[15]
+	mi := &file_correctables_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1471,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[15]
+	mi := &file_correctables_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1484,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{15}
+	return file_correctables_proto_rawDescGZIP(), []int{19}
 }
 
 type BackupChunk struct {
@@ -1299,7 +1505,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_correctables_proto_msgTypes[16]
+	mi := &file_correctables_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1517,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[16]
+	mi := &file_correctables_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1530,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{16}
+	return file_correctables_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -1386,7 +1592,7 @@ type PeerEnvelope struct {
 
 func (x *PeerEnvelope) Reset() {
 	*x = PeerEnvelope{}
-	mi := &file_correctables_proto_msgTypes[17]
+	mi := &file_correctables_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1604,7 @@ func (x *PeerEnvelope) String() string {
 func (*PeerEnvelope) ProtoMessage() {}
 
 func (x *PeerEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[17]
+	mi := &file_correctables_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1617,7 @@ func (x *PeerEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerEnvelope.ProtoReflect.Descriptor instead.
 func (*PeerEnvelope) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{17}
+	return file_correctables_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PeerEnvelope) GetFrom() uint64 {
@@ -1450,7 +1656,7 @@ type PeerAck struct {
 
 func (x *PeerAck) Reset() {
 	*x = PeerAck{}
-	mi := &file_correctables_proto_msgTypes[18]
+	mi := &file_correctables_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1668,7 @@ func (x *PeerAck) String() string {
 func (*PeerAck) ProtoMessage() {}
 
 func (x *PeerAck) ProtoReflect() protoreflect.Message {
-	mi := &file_correctables_proto_msgTypes[18]
+	mi := &file_correctables_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1681,7 @@ func (x *PeerAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerAck.ProtoReflect.Descriptor instead.
 func (*PeerAck) Descriptor() ([]byte, []int) {
-	return file_correctables_proto_rawDescGZIP(), []int{18}
+	return file_correctables_proto_rawDescGZIP(), []int{22}
 }
 
 var File_correctables_proto protoreflect.FileDescriptor
@@ -1526,7 +1732,20 @@ const file_correctables_proto_rawDesc = "" +
 	"CallResult\x120\n" +
 	"\x05reply\x18\x01 \x01(\v2\x1a.correctables.v1.ViewReplyR\x05reply\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\",\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\">\n" +
+	"\vPipeRequest\x12/\n" +
+	"\x05calls\x18\x01 \x03(\v2\x19.correctables.v1.PipeCallR\x05calls\"m\n" +
+	"\bPipeCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x122\n" +
+	"\x04call\x18\x02 \x01(\v2\x1e.correctables.v1.InvokeRequestR\x04call\x12\x1d\n" +
+	"\n" +
+	"timeout_us\x18\x03 \x01(\x04R\ttimeoutUs\"B\n" +
+	"\tPipeReply\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.correctables.v1.PipeResultR\aresults\"Q\n" +
+	"\n" +
+	"PipeResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\x06result\x18\x02 \x01(\v2\x1b.correctables.v1.CallResultR\x06result\",\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"\xa5\x01\n" +
@@ -1617,11 +1836,12 @@ const file_correctables_proto_rawDesc = "" +
 	"\n" +
 	"CMP_ABSENT\x10\x04\x12\f\n" +
 	"\bCMP_LESS\x10\x05\x12\x0f\n" +
-	"\vCMP_GREATER\x10\x062\xf6\x02\n" +
+	"\vCMP_GREATER\x10\x062\xbc\x03\n" +
 	"\x05Store\x12F\n" +
 	"\x06Invoke\x12\x1e.correctables.v1.InvokeRequest\x1a\x1a.correctables.v1.ViewReply0\x01\x12B\n" +
 	"\x04Call\x12\x1e.correctables.v1.InvokeRequest\x1a\x1a.correctables.v1.ViewReply\x12O\n" +
-	"\tCallBatch\x12!.correctables.v1.CallBatchRequest\x1a\x1f.correctables.v1.CallBatchReply\x12F\n" +
+	"\tCallBatch\x12!.correctables.v1.CallBatchRequest\x1a\x1f.correctables.v1.CallBatchReply\x12D\n" +
+	"\x04Pipe\x12\x1c.correctables.v1.PipeRequest\x1a\x1a.correctables.v1.PipeReply(\x010\x01\x12F\n" +
 	"\x06Status\x12\x1e.correctables.v1.StatusRequest\x1a\x1c.correctables.v1.StatusReply\x12H\n" +
 	"\x06Backup\x12\x1e.correctables.v1.BackupRequest\x1a\x1c.correctables.v1.BackupChunk0\x012K\n" +
 	"\x04Peer\x12C\n" +
@@ -1640,7 +1860,7 @@ func file_correctables_proto_rawDescGZIP() []byte {
 }
 
 var file_correctables_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_correctables_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_correctables_proto_goTypes = []any{
 	(Kind)(0),                // 0: correctables.v1.Kind
 	(Cmp)(0),                 // 1: correctables.v1.Cmp
@@ -1652,22 +1872,26 @@ var file_correctables_proto_goTypes = []any{
 	(*CallBatchRequest)(nil), // 7: correctables.v1.CallBatchRequest
 	(*CallBatchReply)(nil),   // 8: correctables.v1.CallBatchReply
 	(*CallResult)(nil),       // 9: correctables.v1.CallResult
-	(*KV)(nil),               // 10: correctables.v1.KV
-	(*Result)(nil),           // 11: correctables.v1.Result
-	(*OpID)(nil),             // 12: correctables.v1.OpID
-	(*Stamp)(nil),            // 13: correctables.v1.Stamp
-	(*ViewReply)(nil),        // 14: correctables.v1.ViewReply
-	(*StatusRequest)(nil),    // 15: correctables.v1.StatusRequest
-	(*StatusReply)(nil),      // 16: correctables.v1.StatusReply
-	(*BackupRequest)(nil),    // 17: correctables.v1.BackupRequest
-	(*BackupChunk)(nil),      // 18: correctables.v1.BackupChunk
-	(*PeerEnvelope)(nil),     // 19: correctables.v1.PeerEnvelope
-	(*PeerAck)(nil),          // 20: correctables.v1.PeerAck
-	nil,                      // 21: correctables.v1.InvokeRequest.MinVvEntry
-	nil,                      // 22: correctables.v1.Stamp.VvEntry
-	nil,                      // 23: correctables.v1.Stamp.ReadVvEntry
-	nil,                      // 24: correctables.v1.StatusRequest.MinVvEntry
-	nil,                      // 25: correctables.v1.StatusReply.VvEntry
+	(*PipeRequest)(nil),      // 10: correctables.v1.PipeRequest
+	(*PipeCall)(nil),         // 11: correctables.v1.PipeCall
+	(*PipeReply)(nil),        // 12: correctables.v1.PipeReply
+	(*PipeResult)(nil),       // 13: correctables.v1.PipeResult
+	(*KV)(nil),               // 14: correctables.v1.KV
+	(*Result)(nil),           // 15: correctables.v1.Result
+	(*OpID)(nil),             // 16: correctables.v1.OpID
+	(*Stamp)(nil),            // 17: correctables.v1.Stamp
+	(*ViewReply)(nil),        // 18: correctables.v1.ViewReply
+	(*StatusRequest)(nil),    // 19: correctables.v1.StatusRequest
+	(*StatusReply)(nil),      // 20: correctables.v1.StatusReply
+	(*BackupRequest)(nil),    // 21: correctables.v1.BackupRequest
+	(*BackupChunk)(nil),      // 22: correctables.v1.BackupChunk
+	(*PeerEnvelope)(nil),     // 23: correctables.v1.PeerEnvelope
+	(*PeerAck)(nil),          // 24: correctables.v1.PeerAck
+	nil,                      // 25: correctables.v1.InvokeRequest.MinVvEntry
+	nil,                      // 26: correctables.v1.Stamp.VvEntry
+	nil,                      // 27: correctables.v1.Stamp.ReadVvEntry
+	nil,                      // 28: correctables.v1.StatusRequest.MinVvEntry
+	nil,                      // 29: correctables.v1.StatusReply.VvEntry
 }
 var file_correctables_proto_depIdxs = []int32{
 	0,  // 0: correctables.v1.Op.kind:type_name -> correctables.v1.Kind
@@ -1677,35 +1901,41 @@ var file_correctables_proto_depIdxs = []int32{
 	5,  // 4: correctables.v1.Txn.else_writes:type_name -> correctables.v1.Write
 	1,  // 5: correctables.v1.Guard.cmp:type_name -> correctables.v1.Cmp
 	2,  // 6: correctables.v1.InvokeRequest.op:type_name -> correctables.v1.Op
-	21, // 7: correctables.v1.InvokeRequest.min_vv:type_name -> correctables.v1.InvokeRequest.MinVvEntry
+	25, // 7: correctables.v1.InvokeRequest.min_vv:type_name -> correctables.v1.InvokeRequest.MinVvEntry
 	6,  // 8: correctables.v1.CallBatchRequest.calls:type_name -> correctables.v1.InvokeRequest
 	9,  // 9: correctables.v1.CallBatchReply.results:type_name -> correctables.v1.CallResult
-	14, // 10: correctables.v1.CallResult.reply:type_name -> correctables.v1.ViewReply
-	10, // 11: correctables.v1.Result.items:type_name -> correctables.v1.KV
-	22, // 12: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
-	23, // 13: correctables.v1.Stamp.read_vv:type_name -> correctables.v1.Stamp.ReadVvEntry
-	11, // 14: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
-	12, // 15: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
-	13, // 16: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
-	24, // 17: correctables.v1.StatusRequest.min_vv:type_name -> correctables.v1.StatusRequest.MinVvEntry
-	25, // 18: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
-	6,  // 19: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
-	6,  // 20: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
-	7,  // 21: correctables.v1.Store.CallBatch:input_type -> correctables.v1.CallBatchRequest
-	15, // 22: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
-	17, // 23: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
-	19, // 24: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
-	14, // 25: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
-	14, // 26: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
-	8,  // 27: correctables.v1.Store.CallBatch:output_type -> correctables.v1.CallBatchReply
-	16, // 28: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
-	18, // 29: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
-	20, // 30: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	18, // 10: correctables.v1.CallResult.reply:type_name -> correctables.v1.ViewReply
+	11, // 11: correctables.v1.PipeRequest.calls:type_name -> correctables.v1.PipeCall
+	6,  // 12: correctables.v1.PipeCall.call:type_name -> correctables.v1.InvokeRequest
+	13, // 13: correctables.v1.PipeReply.results:type_name -> correctables.v1.PipeResult
+	9,  // 14: correctables.v1.PipeResult.result:type_name -> correctables.v1.CallResult
+	14, // 15: correctables.v1.Result.items:type_name -> correctables.v1.KV
+	26, // 16: correctables.v1.Stamp.vv:type_name -> correctables.v1.Stamp.VvEntry
+	27, // 17: correctables.v1.Stamp.read_vv:type_name -> correctables.v1.Stamp.ReadVvEntry
+	15, // 18: correctables.v1.ViewReply.result:type_name -> correctables.v1.Result
+	16, // 19: correctables.v1.ViewReply.id:type_name -> correctables.v1.OpID
+	17, // 20: correctables.v1.ViewReply.stamp:type_name -> correctables.v1.Stamp
+	28, // 21: correctables.v1.StatusRequest.min_vv:type_name -> correctables.v1.StatusRequest.MinVvEntry
+	29, // 22: correctables.v1.StatusReply.vv:type_name -> correctables.v1.StatusReply.VvEntry
+	6,  // 23: correctables.v1.Store.Invoke:input_type -> correctables.v1.InvokeRequest
+	6,  // 24: correctables.v1.Store.Call:input_type -> correctables.v1.InvokeRequest
+	7,  // 25: correctables.v1.Store.CallBatch:input_type -> correctables.v1.CallBatchRequest
+	10, // 26: correctables.v1.Store.Pipe:input_type -> correctables.v1.PipeRequest
+	19, // 27: correctables.v1.Store.Status:input_type -> correctables.v1.StatusRequest
+	21, // 28: correctables.v1.Store.Backup:input_type -> correctables.v1.BackupRequest
+	23, // 29: correctables.v1.Peer.Stream:input_type -> correctables.v1.PeerEnvelope
+	18, // 30: correctables.v1.Store.Invoke:output_type -> correctables.v1.ViewReply
+	18, // 31: correctables.v1.Store.Call:output_type -> correctables.v1.ViewReply
+	8,  // 32: correctables.v1.Store.CallBatch:output_type -> correctables.v1.CallBatchReply
+	12, // 33: correctables.v1.Store.Pipe:output_type -> correctables.v1.PipeReply
+	20, // 34: correctables.v1.Store.Status:output_type -> correctables.v1.StatusReply
+	22, // 35: correctables.v1.Store.Backup:output_type -> correctables.v1.BackupChunk
+	24, // 36: correctables.v1.Peer.Stream:output_type -> correctables.v1.PeerAck
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_correctables_proto_init() }
@@ -1719,7 +1949,7 @@ func file_correctables_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_correctables_proto_rawDesc), len(file_correctables_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,6 +27,7 @@ const (
 	Store_Invoke_FullMethodName    = "/correctables.v1.Store/Invoke"
 	Store_Call_FullMethodName      = "/correctables.v1.Store/Call"
 	Store_CallBatch_FullMethodName = "/correctables.v1.Store/CallBatch"
+	Store_Pipe_FullMethodName      = "/correctables.v1.Store/Pipe"
 	Store_Status_FullMethodName    = "/correctables.v1.Store/Status"
 	Store_Backup_FullMethodName    = "/correctables.v1.Store/Backup"
 )
@@ -65,6 +66,24 @@ type StoreClient interface {
 	// with InvalidArgument if it is empty or holds more than 4,096
 	// operations.
 	CallBatch(ctx context.Context, in *CallBatchRequest, opts ...grpc.CallOption) (*CallBatchReply, error)
+	// Pipe runs many operations, each as Call runs it (the same checks,
+	// limits, errors and view), over one long-lived stream: the client sends
+	// operations whenever it likes, each with an id of its choosing, one or
+	// several to a PipeRequest; the replica answers each operation once,
+	// naming its id, one or several to a PipeReply, in the order the views
+	// come, not the requests'. An operation costs both ends a share of a
+	// message each way instead of a call (no stream to set up, no headers and
+	// trailers), and what queues at either end leaves in one message. The
+	// operations are independent: no order among them, no atomicity; one
+	// refused or failed leaves the others running. Ids are the client's
+	// business: the replica echoes them (one in flight twice gets two
+	// replies). An operation that asks for both views or none gets
+	// InvalidArgument in its result; a PipeRequest without operations, with
+	// more than 4,096, or with an operation without a call ends the stream
+	// with InvalidArgument. When the stream ends, operations in flight go on
+	// at the replica and their replies are dropped: a client treats them as
+	// it treats a call whose connection broke (they may have run).
+	Pipe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipeRequest, PipeReply], error)
 	// Status reports the replica's role and progress. A replica whose event
 	// loop is busy for more than 200 ms (a long write, a catch-up) answers
 	// with its state at the end of the loop's last round.
@@ -123,6 +142,19 @@ func (c *storeClient) CallBatch(ctx context.Context, in *CallBatchRequest, opts 
 	return out, nil
 }
 
+func (c *storeClient) Pipe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipeRequest, PipeReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Store_ServiceDesc.Streams[1], Store_Pipe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PipeRequest, PipeReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Store_PipeClient = grpc.BidiStreamingClient[PipeRequest, PipeReply]
+
 func (c *storeClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusReply)
@@ -135,7 +167,7 @@ func (c *storeClient) Status(ctx context.Context, in *StatusRequest, opts ...grp
 
 func (c *storeClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Store_ServiceDesc.Streams[1], Store_Backup_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Store_ServiceDesc.Streams[2], Store_Backup_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +218,24 @@ type StoreServer interface {
 	// with InvalidArgument if it is empty or holds more than 4,096
 	// operations.
 	CallBatch(context.Context, *CallBatchRequest) (*CallBatchReply, error)
+	// Pipe runs many operations, each as Call runs it (the same checks,
+	// limits, errors and view), over one long-lived stream: the client sends
+	// operations whenever it likes, each with an id of its choosing, one or
+	// several to a PipeRequest; the replica answers each operation once,
+	// naming its id, one or several to a PipeReply, in the order the views
+	// come, not the requests'. An operation costs both ends a share of a
+	// message each way instead of a call (no stream to set up, no headers and
+	// trailers), and what queues at either end leaves in one message. The
+	// operations are independent: no order among them, no atomicity; one
+	// refused or failed leaves the others running. Ids are the client's
+	// business: the replica echoes them (one in flight twice gets two
+	// replies). An operation that asks for both views or none gets
+	// InvalidArgument in its result; a PipeRequest without operations, with
+	// more than 4,096, or with an operation without a call ends the stream
+	// with InvalidArgument. When the stream ends, operations in flight go on
+	// at the replica and their replies are dropped: a client treats them as
+	// it treats a call whose connection broke (they may have run).
+	Pipe(grpc.BidiStreamingServer[PipeRequest, PipeReply]) error
 	// Status reports the replica's role and progress. A replica whose event
 	// loop is busy for more than 200 ms (a long write, a catch-up) answers
 	// with its state at the end of the loop's last round.
@@ -213,6 +263,9 @@ func (UnimplementedStoreServer) Call(context.Context, *InvokeRequest) (*ViewRepl
 }
 func (UnimplementedStoreServer) CallBatch(context.Context, *CallBatchRequest) (*CallBatchReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CallBatch not implemented")
+}
+func (UnimplementedStoreServer) Pipe(grpc.BidiStreamingServer[PipeRequest, PipeReply]) error {
+	return status.Error(codes.Unimplemented, "method Pipe not implemented")
 }
 func (UnimplementedStoreServer) Status(context.Context, *StatusRequest) (*StatusReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -288,6 +341,13 @@ func _Store_CallBatch_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_Pipe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StoreServer).Pipe(&grpc.GenericServerStream[PipeRequest, PipeReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Store_PipeServer = grpc.BidiStreamingServer[PipeRequest, PipeReply]
+
 func _Store_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -342,6 +402,12 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Invoke",
 			Handler:       _Store_Invoke_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Pipe",
+			Handler:       _Store_Pipe_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "Backup",

@@ -264,23 +264,7 @@ var errNoCall = errors.New("client: Call not implemented by the endpoint")
 // Otherwise it reports and counts like streamAt: the same errors, the same
 // stats and trace fields, the same protocol checks.
 func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
-	var rep *api.ViewReply
-	alone := true
-	// A read with a min_vv may wait at the replica: never in a batch,
-	// whose reply it would hold back.
-	if c.cfg.batchInflight > 0 && !e.noBatch.Load() && len(req.GetMinVv()) == 0 {
-		if size := proto.Size(req); size <= maxBatchedCall {
-			rep, sent, err = c.batchedCall(ctx, e, req, size, tr)
-			if err == errNoBatch {
-				e.noBatch.Store(true)
-				c.cfg.logger.Debug("client: endpoint does not implement CallBatch; sending calls one by one", "endpoint", e.addr)
-			}
-			alone = err == errNoBatch || err == errBatchFull
-		}
-	}
-	if alone {
-		rep, sent, err = c.unaryCall(ctx, e, req, tr)
-	}
+	rep, sent, err := c.send1(ctx, e, req, tr)
 	if err != nil {
 		return sent, false, err
 	}
@@ -298,6 +282,42 @@ func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest
 		return true, true, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
 	return true, true, nil
+}
+
+// send1 sends req, which asks for one view, to e: on e's pipe if it has
+// one, otherwise as a Call or in a CallBatch. It returns the reply and
+// whether the request may have left the client.
+func (c *Client) send1(ctx context.Context, e *endpoint, req *api.InvokeRequest, tr *OpTrace) (*api.ViewReply, bool, error) {
+	size := -1
+	if c.cfg.pipe && !e.noPipe.Load() && e.pipeUsable() {
+		// One message each way. A request over maxBatchedCall takes a call
+		// of its own, so as not to hold back the pipe's other messages
+		// while it is written.
+		if size = proto.Size(req); size <= maxBatchedCall {
+			rep, sent, err := c.pipeCall(ctx, e, req, size, tr)
+			if err != errNoPipe {
+				return rep, sent, err
+			}
+		}
+	}
+	// A read with a min_vv may wait at the replica: never in a batch,
+	// whose reply it would hold back.
+	if c.cfg.batchInflight > 0 && !e.noBatch.Load() && len(req.GetMinVv()) == 0 {
+		if size < 0 {
+			size = proto.Size(req)
+		}
+		if size <= maxBatchedCall {
+			rep, sent, err := c.batchedCall(ctx, e, req, size, tr)
+			if err == errNoBatch {
+				e.noBatch.Store(true)
+				c.cfg.logger.Debug("client: endpoint does not implement CallBatch; sending calls one by one", "endpoint", e.addr)
+			}
+			if err != errNoBatch && err != errBatchFull {
+				return rep, sent, err
+			}
+		}
+	}
+	return c.unaryCall(ctx, e, req, tr)
 }
 
 // unaryCall sends req as one Call to e and returns the reply, whether the

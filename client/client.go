@@ -58,6 +58,12 @@ type endpoint struct {
 	noBatch atomic.Bool
 	// batchers queue single-view calls by kind (batch.go).
 	batchers [batchKinds]batcher
+	// pipe carries single-view operations (pipe.go); noPipe is set once
+	// the endpoint answered Pipe with Unimplemented (a replica older than
+	// Pipe): they take Call and CallBatch there.
+	pipeMu sync.Mutex // held to open a pipe
+	pipe   atomic.Pointer[pipe]
+	noPipe atomic.Bool
 
 	mu      sync.Mutex
 	samples []time.Duration // the last round-trip times, a ring of cfg.probeWindow
@@ -196,6 +202,7 @@ func (c *Client) isClosed() bool {
 func (c *Client) closeConns() error {
 	var errs []error
 	for _, e := range c.endpoints {
+		e.closePipe()
 		if err := e.conn.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("client: close %s: %w", e.addr, err))
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/correctables/correctables/client"
 	"github.com/correctables/correctables/correctable"
-	"github.com/correctables/correctables/internal/cluster"
 	"github.com/correctables/correctables/internal/gamma"
 )
 
@@ -111,14 +109,7 @@ func TestCPQBounds(t *testing.T) {
 func TestCPQOnClusterE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := cluster.Start(cluster.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
-	if _, err := cl.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cl := startedCluster(ctx, t)
 	rec := client.NewTraceRecorder(10_000)
 	var clients []*client.Client
 	for _, ep := range cl.Endpoints {

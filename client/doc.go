@@ -16,18 +16,21 @@
 //	c.InvokeWeakCommitted(ctx, update)    a weak update's view at once, then its committed result
 //
 // The typed helpers (c.Get, c.Put, c.Incr, ...) build the op and invoke it
-// at the levels given, both by default. All requests of one invocation are
-// one gRPC call. For both views it is Store.Invoke, with one stream of
-// replies (Correctables §5.2): the replica sends the preliminary view before
-// coordinating and, when the final view equals it, a small confirmation
-// instead of the result; such a view has Confirmed set and the preliminary
-// view's value. For one view (InvokeWeak, InvokeStrong) it is the unary
-// Store.Call, which costs both ends less than a stream; an endpoint that
-// answers Call with Unimplemented (a replica older than Call) gets Invoke
-// from then on. Under load, single-view operations that queue behind the
-// calls in flight to a replica go together as one Store.CallBatch, each
-// with its own view or error (WithCallBatching). Every view carries the
-// replica's Stamp (StampOf).
+// at the levels given, both by default. For both views an invocation is one
+// Store.Invoke, with one stream of replies (Correctables §5.2): the replica
+// sends the preliminary view before coordinating and, when the final view
+// equals it, a small confirmation instead of the result; such a view has
+// Confirmed set and the preliminary view's value. For one view
+// (InvokeWeak, InvokeStrong, quorum and SLA reads) it is one message each
+// way on the endpoint's Store.Pipe, a long-lived stream the Client opens per
+// endpoint and shares among its operations, several to a message under
+// load (WithPipe); this costs both ends less than a call. Without the pipe
+// (WithPipe(false), a replica older than Pipe, a request over 64 KiB) it is
+// the unary Store.Call, and under load single-view operations that queue
+// behind the calls in flight to a replica go together as one
+// Store.CallBatch, each with its own view or error (WithCallBatching); an
+// endpoint that answers Call with Unimplemented gets Invoke from then on.
+// Every view carries the replica's Stamp (StampOf).
 //
 // The Client is a correctable.Binding[Op, Result], so everything in package
 // correctable (Speculate, Then, All, FirstAtLeast, ...) applies. Result is

@@ -15,3 +15,31 @@ func QueuedCalls(c *Client) int {
 	}
 	return n
 }
+
+// PipesOpen returns how many of c's endpoints have a pipe open, and how
+// many were found not to implement Pipe.
+func PipesOpen(c *Client) (open, unimplemented int) {
+	for _, e := range c.endpoints {
+		if p := e.pipe.Load(); p != nil && p.live() {
+			open++
+		}
+		if e.noPipe.Load() {
+			unimplemented++
+		}
+	}
+	return open, unimplemented
+}
+
+// PipePending returns how many operations wait for their results in c's
+// pipes.
+func PipePending(c *Client) int {
+	n := 0
+	for _, e := range c.endpoints {
+		if p := e.pipe.Load(); p != nil {
+			p.mu.Lock()
+			n += len(p.pending)
+			p.mu.Unlock()
+		}
+	}
+	return n
+}

@@ -54,6 +54,12 @@ type fakeStore struct {
 	failKey string
 	// onBatch, if set, is called with each CallBatch's context.
 	onBatch func(context.Context)
+	// pipe makes Pipe answer each operation as Call does, each on a
+	// goroutine of its own; without it Pipe is Unimplemented, like a
+	// replica older than Pipe.
+	pipe bool
+	// pipeOps counts the operations Pipe received.
+	pipeOps atomic.Int64
 
 	mu       sync.Mutex
 	reqs     []*api.InvokeRequest
@@ -153,6 +159,46 @@ func (f *fakeStore) Call(ctx context.Context, req *api.InvokeRequest) (*api.View
 		return nil, status.Errorf(codes.Internal, "fake: %d replies for a Call", len(s.replies))
 	}
 	return s.replies[0], nil
+}
+
+// Pipe answers each operation as Call does (its own result, in the order
+// they finish), if pipe is set.
+func (f *fakeStore) Pipe(st grpc.BidiStreamingServer[api.PipeRequest, api.PipeReply]) error {
+	if !f.pipe {
+		return status.Error(codes.Unimplemented, "unknown method Pipe for service correctables.v1.Store")
+	}
+	var mu sync.Mutex // Send is not safe for concurrent use
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		in, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		for _, pc := range in.GetCalls() {
+			f.pipeOps.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := st.Context()
+				if t := pc.GetTimeoutUs(); t > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Microsecond)
+					defer cancel()
+				}
+				res := &api.CallResult{}
+				if rep, err := f.Call(ctx, pc.GetCall()); err != nil {
+					st := status.Convert(err)
+					res.Code, res.Message = uint32(st.Code()), st.Message()
+				} else {
+					res.Reply = rep
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				_ = st.Send(&api.PipeReply{Results: []*api.PipeResult{{Id: pc.GetId(), Result: res}}})
+			}()
+		}
+	}
 }
 
 // CallBatch answers each call as Call does, in order, if batch is set.

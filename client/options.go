@@ -60,6 +60,10 @@ type config struct {
 	// batching off.
 	batchInflight int
 	batchSet      bool
+	// pipe sends single-view operations on each endpoint's Pipe stream
+	// (WithPipe).
+	pipe    bool
+	pipeSet bool
 	// quorumHedge is the hedge of quorum reads (WithQuorumHedge); set
 	// says it was given.
 	quorumHedge    time.Duration
@@ -154,6 +158,22 @@ func WithCallBatching(inflight int) Option {
 	return func(c *config) { c.batchInflight, c.batchSet = inflight, true }
 }
 
+// WithPipe sets whether operations that ask for one view (InvokeWeak,
+// InvokeStrong, quorum and SLA reads, the all level) go to a replica over
+// one long-lived Pipe stream per endpoint, one message each way per
+// operation (the default), or each as its own Call, batched as
+// WithCallBatching says. A message costs both ends less than a call: no
+// stream to set up and tear down, no headers and trailers; and what queues
+// at either end leaves in one write. Against a replica that does not
+// implement Pipe the Client uses calls, and so does an operation while its
+// replica's connection is not ready (opening the stream would wait for it
+// without the operation's deadline). Operations that ask for both views
+// (Invoke), and requests over 64 KiB, always take a call of their own. An
+// operation on the pipe carries its deadline (as timeout_us) but none of
+// its context's outgoing gRPC metadata: use WithPipe(false) if an
+// interceptor of yours needs per-operation metadata.
+func WithPipe(on bool) Option { return func(c *config) { c.pipe = on; c.pipeSet = true } }
+
 // WithQuorumHedge sets when a quorum read (InvokeQuorum) asks the
 // endpoints beyond the nearest majority: after d if the majority has not
 // answered by then, or, with d = 0, at once, every endpoint, taking the
@@ -188,6 +208,9 @@ func (c *config) validate(endpoints []string) error {
 	}
 	if !c.batchSet {
 		c.batchInflight = DefaultBatchInflight
+	}
+	if !c.pipeSet {
+		c.pipe = true
 	}
 	var errs []error
 	if c.batchInflight < 0 || c.batchInflight > 1<<16 {

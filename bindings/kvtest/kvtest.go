@@ -39,6 +39,8 @@ type Options struct {
 	Failures []conformance.Failure[client.Op]
 	// IgnoreGoroutines: see conformance.Harness.
 	IgnoreGoroutines []goleak.Option
+	// LongLived: see conformance.Harness.
+	LongLived []string
 	// Timeout: see conformance.Harness.
 	Timeout time.Duration
 	// ServersInProcess: see conformance.Harness.
@@ -71,6 +73,7 @@ func Run(t *testing.T, b Binding, o Options) {
 		Failures:         failures,
 		Timeout:          o.Timeout,
 		IgnoreGoroutines: o.IgnoreGoroutines,
+		LongLived:        o.LongLived,
 		ServersInProcess: o.ServersInProcess,
 		MaySkip:          o.MaySkip,
 	}
@@ -269,4 +272,18 @@ func BenchmarkViews(b *testing.B, binding Binding) {
 			b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), tc.name+"-"+l.Name()+"-p50-µs")
 		}
 	}
+}
+
+// PipeGoroutines are the goroutines of a pipe between our client and a
+// replica in the same process (client.WithPipe, api Store.Pipe): the
+// client's sender and reader, the server's handler and sender, and gRPC's
+// watcher of the stream's context. A pipe opens when an operation of one
+// view first goes to a replica and lives until the client's Close, as its
+// connection does (Options.LongLived).
+var PipeGoroutines = []string{
+	"github.com/correctables/correctables/client.(*pipe).send",
+	"github.com/correctables/correctables/client.(*pipe).read",
+	"github.com/correctables/correctables/internal/server.(*Server).Pipe",
+	"github.com/correctables/correctables/internal/server.pipeSend",
+	"google.golang.org/grpc.newClientStreamWithParams.func4",
 }

@@ -55,6 +55,9 @@ func TestOurStore(t *testing.T) {
 		// The down client's connection keeps trying to reconnect: that
 		// goroutine is the client's, not an invocation's.
 		IgnoreGoroutines: []goleak.Option{goleak.IgnoreAnyFunction("google.golang.org/grpc.(*addrConn).connect")},
+		// The client's pipes (one stream per replica, opened when an
+		// operation of one view first goes there) live until Close.
+		LongLived: kvtest.PipeGoroutines,
 	})
 }
 

@@ -37,6 +37,8 @@ type loadFlags struct {
 	// callBatching is client.WithCallBatching's n (-1: the client's
 	// default).
 	callBatching int
+	// pipe is client.WithPipe's setting.
+	pipe bool
 	// CPQ mode's policy, and the Γ estimate.
 	cpqP, cpqWriteP float64
 	readDelay       time.Duration
@@ -226,7 +228,8 @@ operators do), or it fills its 2 GiB quota and refuses writes.
 	fl.StringVar(&f.endpoints, "endpoints", "", "run against this running cluster (comma-separated host:port)")
 	fl.StringVar(&f.serverPIDs, "server-pids", "", "with --endpoints: the servers' process ids, to report their CPU and RSS")
 	fl.StringVar(&f.peer, "peer", "", "also run every row against a three-member etcd cluster: etcd")
-	fl.IntVar(&f.callBatching, "call-batching", -1, fmt.Sprintf("single-view operations of a kind in flight to a replica, each as its own call, before the next go together as one CallBatch (client.WithCallBatching; 0: never batch; default: the client's, %d, and 1 past %d outstanding)", client.DefaultBatchInflight, 2*client.DefaultBatchInflight))
+	fl.BoolVar(&f.pipe, "pipe", true, "send single-view operations on one Pipe stream per replica (client.WithPipe); --pipe=false sends each as a call, batched as --call-batching says")
+	fl.IntVar(&f.callBatching, "call-batching", -1, fmt.Sprintf("with --pipe=false: single-view operations of a kind in flight to a replica, each as its own call, before the next go together as one CallBatch (client.WithCallBatching; 0: never batch; default: the client's, %d, and 1 past %d outstanding)", client.DefaultBatchInflight, 2*client.DefaultBatchInflight))
 	fl.DurationVar(&f.etcdCompaction, "etcd-auto-compaction", 0, "with --peer etcd: etcd's periodic auto-compaction retention, e.g. 10s (0: none, etcd's default)")
 	fl.BoolVar(&f.inProcess, "in-process", false, "run our cluster in this process (internal/cluster) instead of three serve processes")
 	fl.Float64Var(&f.cpqP, "cpq", 0, "mode cpq: probability that a read runs at the strong level (CPQ §1)")
@@ -293,6 +296,9 @@ func runLoad(ctx context.Context, out, progress io.Writer, p *loadPlan) error {
 		cs.CPQ = p.cpq
 		if p.f.callBatching >= 0 {
 			cs.Options = append(cs.Options, client.WithCallBatching(p.f.callBatching))
+		}
+		if !p.f.pipe {
+			cs.Options = append(cs.Options, client.WithPipe(false))
 		}
 		if p.f.gamma {
 			ours.trace = client.NewTraceRecorder(p.f.gammaCapacity)

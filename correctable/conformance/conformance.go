@@ -91,6 +91,12 @@ type Harness[Op, T any] struct {
 	// running when Run starts (for example a client's own background
 	// goroutines started lazily).
 	IgnoreGoroutines []goleak.Option
+	// LongLived names functions (as in a stack trace, package path
+	// included) of goroutines the binding's client keeps for its lifetime
+	// and may start on any invocation, for example a stream per server
+	// opened when an operation first goes there: both goroutine checks
+	// skip goroutines running one of them.
+	LongLived []string
 	// ServersInProcess says that the store's servers run in the test's
 	// process (an embedded etcd), whose goroutines come and go on their
 	// own: the leak check then looks only for goroutines running the
@@ -129,11 +135,15 @@ func Run[Op, T any](t *testing.T, h Harness[Op, T]) {
 	}
 	s := &suite[Op, T]{h: h}
 	// Warm up: a client may start goroutines (connections, keep-alives) on
-	// first use; those belong to the client, not to an invocation.
+	// first use; those belong to the client, not to an invocation (and so
+	// do those of Harness.LongLived, which it may start later).
 	for range 3 {
 		s.submit(t, context.Background(), h.Get(h.Prefix+"warmup"), h.Binding.Levels())
 	}
 	leak := append([]goleak.Option{goleak.IgnoreCurrent()}, h.IgnoreGoroutines...)
+	for _, f := range h.LongLived {
+		leak = append(leak, goleak.IgnoreAnyFunction(f))
+	}
 	before := map[string]bool{}
 	for _, g := range goroutines() {
 		before[goroutineID(g)] = true
@@ -148,7 +158,7 @@ func Run[Op, T any](t *testing.T, h Harness[Op, T]) {
 	t.Run("Failures", s.testFailures)
 	t.Run("Down", s.testDown)
 	t.Run("Goroutines", func(t *testing.T) {
-		if err := lingering(h.Binding, before); err != nil {
+		if err := lingering(h.Binding, before, h.LongLived); err != nil {
 			t.Error(err)
 		}
 		if h.ServersInProcess {
@@ -181,7 +191,7 @@ func goroutineID(stack string) string {
 // lingering waits up to 10s for every goroutine started since before and
 // running code of the binding's package, or of this suite, to end, and
 // describes those left.
-func lingering(b any, before map[string]bool) error {
+func lingering(b any, before map[string]bool, longLived []string) error {
 	t := reflect.TypeOf(b)
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -193,6 +203,9 @@ func lingering(b any, before map[string]bool) error {
 		for i, g := range goroutines() {
 			if i == 0 || before[goroutineID(g)] || strings.Contains(g, "testing.(*T).Run(") {
 				continue // this goroutine, older ones, and the tests waiting for this one
+			}
+			if slices.ContainsFunc(longLived, func(f string) bool { return strings.Contains(g, f+"(") }) {
+				continue // the client's, for its lifetime
 			}
 			for _, p := range pkgs {
 				if strings.Contains(g, p) {

@@ -212,8 +212,8 @@ func protocolOps(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // itself with Unimplemented, as a replica older than Call would, so that
 // the client takes Invoke.
 type rpcCounter struct {
-	refuseCall              bool
-	calls, invokes, batches atomic.Int64
+	refuseCall                     bool
+	calls, invokes, batches, pipes atomic.Int64
 }
 
 func (r *rpcCounter) option() client.Option {
@@ -231,8 +231,11 @@ func (r *rpcCounter) option() client.Option {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			if method == api.Store_Invoke_FullMethodName {
+			switch method {
+			case api.Store_Invoke_FullMethodName:
 				r.invokes.Add(1)
+			case api.Store_Pipe_FullMethodName:
+				r.pipes.Add(1)
 			}
 			return streamer(ctx, desc, cc, method, opts...)
 		}),
@@ -251,12 +254,12 @@ func TestClientUsesCallForOneView(t *testing.T) {
 	addr := []string{servers[0].ClientAddr()}
 	var unary, streamed rpcCounter
 	streamed.refuseCall = true
-	cu, err := client.Dial(ctx, addr, unary.option())
+	cu, err := client.Dial(ctx, addr, unary.option(), client.WithPipe(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cu.Close()
-	cs, err := client.Dial(ctx, addr, streamed.option())
+	cs, err := client.Dial(ctx, addr, streamed.option(), client.WithPipe(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +371,7 @@ func TestCallAtDrainingReplica(t *testing.T) {
 	// of replicas 3 and 1 runs every update, at 1, failing over from 3
 	// (refused before it ran) whenever it tries 3 first.
 	var rc rpcCounter
-	c3only, err := client.Dial(ctx, []string{peers[3]}, rc.option())
+	c3only, err := client.Dial(ctx, []string{peers[3]}, rc.option(), client.WithPipe(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +380,7 @@ func TestCallAtDrainingReplica(t *testing.T) {
 	if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), api.DrainingMarker) {
 		t.Fatalf("weak put through a client of draining replica 3 alone: %v, want ErrUnavailable saying %q", err, api.DrainingMarker)
 	}
-	c, err := client.Dial(ctx, []string{peers[3], peers[1]}, rc.option())
+	c, err := client.Dial(ctx, []string{peers[3], peers[1]}, rc.option(), client.WithPipe(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +481,7 @@ func TestClientBatchesUnderLoad(t *testing.T) {
 	defer cancel()
 	strongPutUntilFinal(ctx, t, dial(t, servers[0].ClientAddr()), 2*time.Second)
 	var rc rpcCounter
-	c, err := client.Dial(ctx, []string{servers[0].ClientAddr()}, rc.option(), client.WithCallBatching(1))
+	c, err := client.Dial(ctx, []string{servers[0].ClientAddr()}, rc.option(), client.WithPipe(false), client.WithCallBatching(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,24 +575,32 @@ func TestCallBatchBoundsItsReply(t *testing.T) {
 			full, rep.GetResults()[6], proto.Size(rep))
 	}
 
-	var rc rpcCounter
-	cl, err := client.Dial(ctx, []string{servers[0].ClientAddr()}, rc.option(), client.WithCallBatching(1),
-		client.WithDialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var crs []*correctable.Correctable[client.Result]
-	for range 20 {
-		crs = append(crs, cl.InvokeWeak(ctx, client.Get("big")))
-	}
-	for i, cr := range crs {
-		v, err := cr.Final(ctx)
-		if err != nil || len(v.Value.Value) != len(big) {
-			t.Fatalf("weak get %d of the 900 KiB value: %d bytes, %v", i, len(v.Value.Value), err)
+	// Through the client, batched or on the pipe (whose replies gather
+	// results up to about 256 KiB: a 900 KiB one goes alone), a client
+	// that receives at most 4 MiB per message gets every read.
+	for _, pipe := range []bool{false, true} {
+		var rc rpcCounter
+		cl, err := client.Dial(ctx, []string{servers[0].ClientAddr()}, rc.option(), client.WithCallBatching(1), client.WithPipe(pipe),
+			client.WithDialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20))))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if st := cl.Stats(); st.Failed != 0 || st.Failovers != 0 {
-		t.Errorf("stats %+v", st)
+		var crs []*correctable.Correctable[client.Result]
+		for range 20 {
+			crs = append(crs, cl.InvokeWeak(ctx, client.Get("big")))
+		}
+		for i, cr := range crs {
+			v, err := cr.Final(ctx)
+			if err != nil || len(v.Value.Value) != len(big) {
+				t.Fatalf("pipe %v: weak get %d of the 900 KiB value: %d bytes, %v", pipe, i, len(v.Value.Value), err)
+			}
+		}
+		if st := cl.Stats(); st.Failed != 0 || st.Failovers != 0 {
+			t.Errorf("pipe %v: stats %+v", pipe, st)
+		}
+		if pipe && (rc.pipes.Load() != 1 || rc.calls.Load() != 0 || rc.batches.Load() != 0) {
+			t.Errorf("on the pipe: %d pipes, %d calls, %d batches; want 1, 0, 0", rc.pipes.Load(), rc.calls.Load(), rc.batches.Load())
+		}
+		cl.Close()
 	}
 }

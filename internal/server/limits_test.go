@@ -41,7 +41,7 @@ func TestValueAtLimitSurvivesRestartAndSnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	c1 := dial(t, peers[1])
-	strongPut := func(k string, v []byte) {
+	strongPut := func(k string, v []byte) (applied uint64) {
 		t.Helper()
 		views, err := invoke(ctx, c1, &api.InvokeRequest{Op: &api.Op{Kind: api.Kind_KIND_PUT, Key: k, Value: v}, Final: true, Strong: true})
 		if err != nil {
@@ -50,13 +50,25 @@ func TestValueAtLimitSurvivesRestartAndSnapshot(t *testing.T) {
 		if len(views) == 0 || !views[len(views)-1].GetFinal() {
 			t.Fatalf("strong put of %s: no final view in %d views", k, len(views))
 		}
+		return views[len(views)-1].GetStamp().GetAppliedIndex()
 	}
 	big := bytes.Repeat([]byte{'v'}, state.DefaultMaxValue)
 	big[0], big[len(big)-1] = 'a', 'z'
-	strongPut("big", big)
-	// Past SnapshotEntries: every replica snapshots a state holding it.
+	bigAt := strongPut("big", big)
+	// Past SnapshotEntries: every replica snapshots a state holding it,
+	// replica 3 once it has applied that far (a majority without it
+	// acknowledged the puts).
 	for i := range 8 {
 		strongPut(fmt.Sprint("k", i), []byte(fmt.Sprint(i)))
+	}
+	for c3 := dial(t, peers[3]); ; time.Sleep(5 * time.Millisecond) {
+		st, err := c3.Status(ctx, &api.StatusRequest{})
+		if err != nil {
+			t.Fatalf("replica 3's status: %v", err)
+		}
+		if st.GetSnapshotIndex() >= bigAt {
+			break
+		}
 	}
 	if err := servers[2].Stop(); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"runtime"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -35,10 +36,12 @@ import (
 func (s *Server) lockRep() {
 	s.repMu.Lock()
 	s.repLocked = true
+	s.loopHolds.Store(true)
 }
 
 func (s *Server) unlockRep() {
 	s.repLocked = false
+	s.loopHolds.Store(false)
 	s.repMu.Unlock()
 }
 
@@ -71,9 +74,27 @@ func (w loopStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 // Callers queued on the mutex would make the loop, when it wants the
 // replica back, wait for them in turn, each to be scheduled first (a mutex
 // waited on for over a millisecond is handed to its waiters in order), and
-// the loop is what every operation of the replica waits for. The caller
-// unlocks repMu.
-func (s *Server) tryRep() bool { return s.repMu.TryLock() }
+// the loop is what every operation of the replica waits for. When another
+// reader holds it (for its execution, a few microseconds), the caller tries
+// again a few times, yielding in between, instead of going to a loop that
+// may be waiting for the disk: two weak reads that arrived together during
+// a long write would otherwise see one of them wait for that write, and
+// for a round of its own. The caller unlocks repMu.
+func (s *Server) tryRep() bool {
+	for range tryRepYields {
+		if s.repMu.TryLock() {
+			return true
+		}
+		if s.loopHolds.Load() {
+			return false // the loop's round: it takes the request
+		}
+		runtime.Gosched()
+	}
+	return s.repMu.TryLock()
+}
+
+// tryRepYields bounds the tries of tryRep while other readers hold repMu.
+const tryRepYields = 64
 
 // readNow runs a weak read that asks for its preliminary view only on the
 // replica, off the loop, if the replica can serve it so (see above): ok

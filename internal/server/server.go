@@ -225,8 +225,11 @@ type Server struct {
 	// own field); repClosed: the loop has ended; saveDone: closed once the
 	// write in progress has synced (nil when none is). The last two under
 	// repMu.
-	repMu       sync.Mutex
-	repLocked   bool
+	repMu     sync.Mutex
+	repLocked bool
+	// loopHolds mirrors repLocked for readers off the loop (tryRep): set
+	// while the loop holds repMu.
+	loopHolds   atomic.Bool
 	repClosed   bool
 	saveDone    chan struct{}
 	readsNow    atomic.Int64 // weak reads run off the loop

@@ -11,11 +11,20 @@ import (
 
 // BenchmarkSave measures one Save of a hard state and one 256-byte entry,
 // the common Ready, in a real temporary directory: with fsync (the
-// production setting) and without.
+// production setting) and without, and with the write-ahead log's size set
+// before it is written (the default, preallocFS) and without (prealloc=off:
+// each synced write appends).
 func BenchmarkSave(b *testing.B) {
-	for _, noSync := range []bool{false, true} {
-		b.Run(fmt.Sprintf("sync=%t", !noSync), func(b *testing.B) {
-			s := mustOpen(b, Options{Dir: b.TempDir(), NoSync: noSync, Logger: quietLogger()})
+	for _, c := range []struct {
+		noSync   bool
+		prealloc int64
+	}{{false, 0}, {false, -1}, {true, 0}} {
+		name := fmt.Sprintf("sync=%t", !c.noSync)
+		if c.prealloc < 0 {
+			name += "/prealloc=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := mustOpen(b, Options{Dir: b.TempDir(), NoSync: c.noSync, WALPreallocBytes: c.prealloc, Logger: quietLogger()})
 			defer s.Close()
 			data := make([]byte, 256)
 			b.SetBytes(int64(len(data)))

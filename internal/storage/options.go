@@ -46,6 +46,11 @@ type Options struct {
 	// once replicated) before a larger memtable is flushed, so they are
 	// never written to tables and compacted.
 	MemTableSize uint64
+	// WALPreallocBytes is the size every write-ahead log file is given
+	// before Pebble writes it, so that synced writes overwrite allocated
+	// space instead of appending (see preallocFS). Default MemTableSize
+	// (a log holds about one memtable's writes); negative: none.
+	WALPreallocBytes int64
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -67,6 +72,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 32 << 20
+	}
+	if o.WALPreallocBytes == 0 {
+		o.WALPreallocBytes = int64(o.MemTableSize)
 	}
 }
 
