@@ -46,5 +46,5 @@ docker: build
 
 # Fuzz the decoders of what arrives from the network.
 fuzz:
-	$(GO) test ./internal/server -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 60s
-	$(GO) test ./internal/replica -run '^$$' -fuzz FuzzDecodeMessage -fuzztime 60s
+	$(GO) test ./internal/server -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 300000x
+	$(GO) test ./internal/replica -run '^$$' -fuzz FuzzDecodeMessage -fuzztime 500000x
