@@ -585,6 +585,12 @@ func TestCallBatchBoundsItsReply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if pipe {
+			// Operations take a call until the connection is ready (see
+			// client's pipeUsable): open the pipe first, so that the 20
+			// below all find it.
+			untilPiped(ctx, t, cl, &rc)
+		}
 		var crs []*correctable.Correctable[client.Result]
 		for range 20 {
 			crs = append(crs, cl.InvokeWeak(ctx, client.Get("big")))
