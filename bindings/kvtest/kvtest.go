@@ -284,6 +284,6 @@ var PipeGoroutines = []string{
 	"github.com/correctables/correctables/client.(*pipe).send",
 	"github.com/correctables/correctables/client.(*pipe).read",
 	"github.com/correctables/correctables/internal/server.(*Server).Pipe",
-	"github.com/correctables/correctables/internal/server.pipeSend",
+	"github.com/correctables/correctables/internal/server.(*Server).pipeSend",
 	"google.golang.org/grpc.newClientStreamWithParams.func4",
 }

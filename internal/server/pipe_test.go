@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -259,4 +261,67 @@ func untilPiped(ctx context.Context, t *testing.T, c *client.Client, rc *rpcCoun
 	}
 	rc.calls.Store(0)
 	rc.batches.Store(0)
+}
+
+// TestPipeHoldsNoGoroutinePerOperation: operations waiting at the replica
+// on a pipe (reads whose min_vv the replica never covers) hold no goroutine
+// each, and when the stream ends they give back their inflight slots at
+// once, not when the replica would have refused them (MinVVWait).
+func TestPipeHoldsNoGoroutinePerOperation(t *testing.T) {
+	peers := map[uint64]string{}
+	for i := uint64(1); i <= 3; i++ {
+		peers[i] = freeAddr(t)
+	}
+	var cfgs []Config
+	for i := uint64(1); i <= 3; i++ {
+		cfgs = append(cfgs, Config{
+			ID: i, Peers: peers, ClientAddr: peers[i], PeerAddr: peers[i],
+			Storage: &memStorage{MemoryStorage: raft.NewMemoryStorage()},
+			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)), Seed: i,
+			MinVVWait: 10 * time.Minute,
+		})
+	}
+	servers := startServers(t, cfgs...)
+	s := servers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := dial(t, s.ClientAddr())
+	strongPutUntilFinal(ctx, t, c, 2*time.Second)
+	base := runtime.NumGoroutine()
+	sctx, end := context.WithCancel(ctx)
+	st, err := c.Pipe(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	var calls []*api.PipeCall
+	for i := range n {
+		calls = append(calls, &api.PipeCall{Id: uint64(i), TimeoutUs: 600e6,
+			Call: &api.InvokeRequest{Op: getOp("held"), Preliminary: true, MinVv: map[uint64]uint64{2: 1 << 40}}})
+	}
+	for len(calls) > 0 {
+		k := min(len(calls), 500)
+		if err := st.Send(&api.PipeRequest{Calls: calls[:k]}); err != nil {
+			t.Fatal(err)
+		}
+		calls = calls[k:]
+	}
+	for len(s.inflight) < n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d operations in flight at the replica", len(s.inflight), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The stream's goroutines (the handler, its sender, gRPC's), not one
+	// per operation.
+	if g := runtime.NumGoroutine() - base; g > 100 {
+		t.Fatalf("%d goroutines more with %d operations held on a pipe, want a few for the stream", g, n)
+	}
+	end()
+	for len(s.inflight) > 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d inflight slots still taken after the stream ended", len(s.inflight))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

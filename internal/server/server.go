@@ -201,6 +201,22 @@ type request struct {
 	// to wait for it (see behind).
 	minVV       replica.VV
 	behindSince time.Time
+	// pipe, if set, is told of each outcome (an operation of a Pipe: no
+	// goroutine waits on out).
+	pipe *pipeOp
+}
+
+// put hands the request an outcome: out has room for it (see out).
+func (req *request) put(o outcome) {
+	req.out <- o
+	req.told()
+}
+
+// told tells a Pipe's operation that out holds its outcome, or was closed.
+func (req *request) told() {
+	if req.pipe != nil {
+		req.pipe.ready()
+	}
 }
 
 // outcome is a refusal (err) or a view.
@@ -712,7 +728,7 @@ func (s *Server) goElsewhere(err error) bool {
 // or its views as they come (deliver).
 func (s *Server) answer(req *request, err error) {
 	if err != nil {
-		req.out <- outcome{err: err}
+		req.put(outcome{err: err})
 		return
 	}
 	s.waiting[req.cr.Seq] = req // invoke refuses requests that want no view
@@ -733,7 +749,7 @@ func (s *Server) unpark() {
 		k := busyKind(req)
 		switch {
 		case req.ctx.Err() != nil:
-			req.out <- outcome{err: req.ctx.Err()} // its invoke has returned; the channel has room
+			req.put(outcome{err: req.ctx.Err()}) // its invoke has returned; the channel has room
 		case time.Since(req.parked) >= s.cfg.BusyWait:
 			s.answer(req, replica.ErrBusy)
 		case blocked[k] || !s.trySubmit(req):
@@ -759,7 +775,7 @@ func (s *Server) runBehind() {
 	s.behind = slices.DeleteFunc(s.behind, func(req *request) bool {
 		switch {
 		case req.ctx.Err() != nil:
-			req.out <- outcome{err: req.ctx.Err()} // its invoke has returned; the channel has room
+			req.put(outcome{err: req.ctx.Err()}) // its invoke has returned; the channel has room
 		case s.rep.Covers(req.minVV):
 			s.trySubmit(req) // a weak read: never refused as busy
 		case time.Since(req.behindSince) >= s.cfg.MinVVWait:
@@ -876,6 +892,7 @@ func (s *Server) deliver(v replica.View) error {
 		delete(s.waiting, v.Seq)
 		close(req.out)
 	}
+	req.told()
 	return nil
 }
 
@@ -883,6 +900,7 @@ func (s *Server) deliver(v replica.View) error {
 func (s *Server) failWaiting() {
 	for seq, req := range s.waiting {
 		close(req.out)
+		req.told()
 		delete(s.waiting, seq)
 	}
 }
@@ -973,6 +991,13 @@ type call struct {
 // and submits it to the loop. The caller releases the call once done with
 // it.
 func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error) {
+	return s.beginOp(ctx, in, nil)
+}
+
+// beginOp is begin for an operation of a Pipe (po, if not nil), which the
+// loop tells when it leaves an outcome in the request's channel; po.c is
+// the call, set before the loop sees the request.
+func (s *Server) beginOp(ctx context.Context, in *api.InvokeRequest, po *pipeOp) (*call, error) {
 	op, err := opFromAPI(in.GetOp())
 	if err != nil {
 		return nil, err
@@ -1010,7 +1035,11 @@ func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error
 			return nil, err
 		}
 		if ok {
-			return &call{s: s, in: in, start: time.Now(), now: &o, after: after, req: &request{ctx: ctx, cr: cr}}, nil
+			c := &call{s: s, in: in, start: time.Now(), now: &o, after: after, req: &request{ctx: ctx, cr: cr}}
+			if po != nil {
+				po.c = c
+			}
+			return c, nil
 		}
 	}
 	c := &call{s: s, in: in, start: time.Now(), req: &request{
@@ -1018,7 +1047,11 @@ func (s *Server) begin(ctx context.Context, in *api.InvokeRequest) (*call, error
 		cr:    cr,
 		out:   make(chan outcome, 2),
 		minVV: minVV,
+		pipe:  po,
 	}}
+	if po != nil {
+		po.c = c
+	}
 	select {
 	case s.submit <- c.req:
 		return c, nil
