@@ -121,13 +121,17 @@ func (c *Client) submit(ctx context.Context, op Op, levels []correctable.Level, 
 	if c.cfg.recorder != nil && len(levels) > 0 {
 		emit = c.cfg.recorder.traceEmitter(op, traceStart(ctx), levels[len(levels)-1], emit)
 	}
-	err := c.run(ctx, op, levels, weak, emit, &tr)
+	return c.ended(ctx, start, &tr, c.run(ctx, op, levels, weak, emit, &tr))
+}
+
+// ended counts and traces an operation's end, and returns its error.
+func (c *Client) ended(ctx context.Context, start time.Time, tr *OpTrace, err error) error {
 	if err != nil && ctx.Err() == nil {
 		c.stats.failed.Add(1)
 	}
 	if c.cfg.trace != nil {
 		tr.Elapsed, tr.Err = time.Since(start), err
-		c.cfg.trace(tr)
+		c.cfg.trace(*tr)
 	}
 	return err
 }
@@ -268,6 +272,11 @@ func (c *Client) callAt(ctx context.Context, e *endpoint, req *api.InvokeRequest
 	if err != nil {
 		return sent, false, err
 	}
+	return c.emitCalled(rep, ls, emit, tr)
+}
+
+// emitCalled emits the one view of a call's reply; it reports as callAt.
+func (c *Client) emitCalled(rep *api.ViewReply, ls levelSet, emit correctable.Emitter[Result], tr *OpTrace) (sent, viewed bool, err error) {
 	var rd reader
 	v, _, err := rd.view(rep, ls) // one view asked for: it is the last
 	if err != nil {

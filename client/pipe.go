@@ -58,6 +58,10 @@ type pipeOp struct {
 	res      *api.CallResult
 	err      error
 	done     chan struct{}
+	// then, if set, runs once the operation is resolved, on the reader's
+	// goroutine (or the failing pipe's): an operation Client.Start queued,
+	// which no goroutine waits for.
+	then func()
 }
 
 // pipeSendQueue bounds the operations queued for a pipe's sender.
@@ -260,7 +264,7 @@ func (p *pipe) read() {
 			}
 			op.inBytes = share
 			op.res = r.GetResult()
-			close(op.done)
+			op.resolved()
 		}
 	}
 }
@@ -280,7 +284,15 @@ func (p *pipe) fail(err error) {
 	p.cancel()
 	for _, op := range ops {
 		op.err = err
-		close(op.done)
+		op.resolved()
+	}
+}
+
+// resolved wakes op's caller, or runs its continuation (Client.Start).
+func (op *pipeOp) resolved() {
+	close(op.done)
+	if op.then != nil {
+		op.then()
 	}
 }
 
@@ -342,6 +354,13 @@ func (c *Client) pipeCall(ctx context.Context, e *endpoint, req *api.InvokeReque
 		}
 		<-op.done // resolved meanwhile
 	}
+	return c.pipeOutcome(ctx, e, op, tr)
+}
+
+// pipeOutcome is a resolved operation's reply, whether its request may
+// have left the client, and errNoPipe if e does not implement Pipe (as
+// pipeCall returns them).
+func (c *Client) pipeOutcome(ctx context.Context, e *endpoint, op *pipeOp, tr *OpTrace) (*api.ViewReply, bool, error) {
 	if op.err != nil {
 		sent := op.sent.Load()
 		if !sent || status.Code(op.err) == codes.Unimplemented {

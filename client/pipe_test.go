@@ -28,11 +28,7 @@ func TestPipeCarriesSingleViewOps(t *testing.T) {
 	c := dial(t, []string{addr})
 	// An operation takes a call while the connection is not ready yet
 	// (pipeUsable): one at a time until the pipe is open, then the 40.
-	for open, _ := client.PipesOpen(c); open == 0; open, _ = client.PipesOpen(c) {
-		if _, err := c.InvokeWeak(ctx, client.Get("warm")).Final(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	openPipe(ctx, t, c)
 	base := piped.pipeOps.Load()
 	const n = 40
 	var wg sync.WaitGroup
@@ -90,14 +86,25 @@ func TestPipeCarriesSingleViewOps(t *testing.T) {
 
 // TestPipeCallerGivesUp: an operation whose context is cancelled while the
 // replica holds it returns the context's error at once, and the pipe goes on
-// carrying the others; the late reply is dropped.
+// carrying the others; the late reply is dropped. Both when the operation
+// opens the pipe (its caller's goroutine waits for it, pipeCall) and when it
+// finds the pipe open (Start queues it, and no goroutine waits).
 func TestPipeCallerGivesUp(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprint("pipe open ", open), func(t *testing.T) { testPipeCallerGivesUp(t, open) })
+	}
+}
+
+func testPipeCallerGivesUp(t *testing.T, open bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	gate := make(chan struct{})
 	f := &fakeStore{id: 1, pipe: true, updateGate: gate, prelim: &api.Result{Found: true, Value: []byte("p")}}
 	addr, _ := serve(t, f)
 	c := dial(t, []string{addr})
+	if open {
+		openPipe(ctx, t, c)
+	}
 	// Cancelled, not timed out: the replica, which knows no deadline for
 	// it, holds it until the gate opens.
 	short, stop := context.WithCancel(ctx)
@@ -126,6 +133,17 @@ func TestPipeCallerGivesUp(t *testing.T) {
 	}
 	if open, _ := client.PipesOpen(c); open != 1 {
 		t.Fatalf("%d pipes open, want the one", open)
+	}
+}
+
+// openPipe sends gets through c, one at a time, until c has a pipe open (an
+// operation takes a call while the connection is not ready, pipeUsable).
+func openPipe(ctx context.Context, t *testing.T, c *client.Client) {
+	t.Helper()
+	for open, _ := client.PipesOpen(c); open == 0; open, _ = client.PipesOpen(c) {
+		if _, err := c.InvokeWeak(ctx, client.Get("warm")).Final(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -235,4 +253,56 @@ func startedCluster(ctx context.Context, t *testing.T) *cluster.Cluster {
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// TestStartedOperationOnABrokenPipe: operations queued on an open pipe
+// without a goroutine of their own (Client.Start) end as Submit's would when
+// the replica goes away while it holds them: a no-op, which may run twice,
+// goes on to the other replica and succeeds; a put, which may have run,
+// fails and is not sent elsewhere.
+func TestStartedOperationOnABrokenPipe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gate := make(chan struct{})
+	defer close(gate)
+	near := &fakeStore{id: 1, pipe: true, updateGate: gate, prelim: &api.Result{Found: true, Value: []byte("n")}}
+	far := &fakeStore{id: 2, pipe: true, delay: 50 * time.Millisecond, prelim: &api.Result{Found: true, Value: []byte("f")}}
+	nearAddr, nearSrv := serve(t, near)
+	farAddr, _ := serve(t, far)
+	c := dial(t, []string{nearAddr, farAddr}, client.WithProbeInterval(time.Hour))
+	openPipe(ctx, t, c)
+	if near.pipeOps.Load() == 0 {
+		t.Fatal("the warm-up went to the far replica: the near one is not first")
+	}
+	before := c.Stats()
+	noop := c.InvokeWeak(ctx, client.Noop())
+	put := c.InvokeWeak(ctx, client.Put("k", []byte("v")))
+	for near.pipeOps.Load() < 3 { // the warm-up's and the two held ones
+		if ctx.Err() != nil {
+			t.Fatal("the held operations never reached the near replica")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	far.mu.Lock()
+	farBefore := len(far.reqs)
+	far.mu.Unlock()
+	nearSrv.Stop()
+	if _, err := noop.Final(ctx); err != nil {
+		t.Fatalf("a no-op held by a replica that stopped: %v, want it run at the other", err)
+	}
+	if _, err := put.Final(ctx); err == nil {
+		t.Fatal("a put held by a replica that stopped succeeded")
+	}
+	far.mu.Lock()
+	var farKinds []api.Kind
+	for _, r := range far.reqs[farBefore:] {
+		farKinds = append(farKinds, r.GetOp().GetKind())
+	}
+	far.mu.Unlock()
+	if len(farKinds) != 1 || farKinds[0] != api.Kind_KIND_NOOP {
+		t.Fatalf("the far replica ran %v after the near one stopped, want the no-op only", farKinds)
+	}
+	if st := c.Stats(); st.Ops-before.Ops != 2 || st.Failovers-before.Failovers != 1 || st.Failed-before.Failed != 1 {
+		t.Fatalf("stats %+v after %+v: want 2 operations, 1 failover, 1 failed", st, before)
+	}
 }

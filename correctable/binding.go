@@ -43,15 +43,29 @@ type Binding[Op, T any] interface {
 	Submit(ctx context.Context, op Op, levels []Level, emit Emitter[T]) error
 }
 
+// Starter is an optional interface of a Binding whose invocations can
+// often go on without a goroutine of their own: a request queued on a
+// connection whose reader emits the reply's view. Invoke calls Start
+// first; if it returns true the invocation is under way, and the binding
+// calls done exactly once, from any goroutine and perhaps before Start
+// returns, with what Submit would have returned (nil once it emitted the
+// last view). If it returns false it has done nothing, and Invoke runs
+// Submit on a goroutine of its own. Start must not block, and
+// everything Submit promises (the views, ctx) holds for it too.
+type Starter[Op, T any] interface {
+	Start(ctx context.Context, op Op, levels []Level, emit Emitter[T], done func(error)) bool
+}
+
 // Invoke executes op through b and returns a Correctable that receives one
 // view per requested level, weakest first; with no levels it requests all of
 // b.Levels(). Requested levels must be declared by b and ordered weakest to
 // strongest; otherwise, or if b declares no levels or declares them out of
 // order, the returned Correctable has failed with ErrInvalidLevels.
 //
-// Invoke never blocks. It runs b.Submit on a goroutine of its own, which
-// runs nothing else until Submit returns (it may run a later invocation's
-// Submit after, and ends at most 20ms after its last one). It enforces the contract whatever b does: views at unrequested or
+// Invoke never blocks. Unless b starts the invocation by itself (Starter),
+// it runs b.Submit on a goroutine of its own, which runs nothing else until
+// Submit returns (it may run a later invocation's Submit after, and ends at
+// most 20ms after its last one). It enforces the contract whatever b does: views at unrequested or
 // weaker levels and views after close are dropped (Emit returns the error to
 // the binding); an error from Submit fails the Correctable; if Submit returns
 // nil without the final view the Correctable fails with ErrIncomplete; if ctx
@@ -72,18 +86,24 @@ func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...L
 	c.whenClosed(func() { stop(); cancel() })
 
 	e := &emitter[T]{r: r, levels: levels}
-	goSubmit(func() {
-		// A reused goroutine carries the profiler labels of the invocation
-		// that started it: take this invocation's (those of ctx, set by
-		// pprof.Do or pprof.WithLabels; none otherwise).
-		pprof.SetGoroutineLabels(ctx)
-		defer cancel()
-		err := b.Submit(sctx, op, levels, e.emit)
+	done := func(err error) {
+		cancel()
 		if err != nil {
 			_ = r.Fail(fmt.Errorf("correctable: invoke: %w", err)) // ErrClosed if already closed: fine
 			return
 		}
 		r.fail(ErrIncomplete) // false in the normal case, where the final view closed c
+	}
+	// done is safe to call again: the Correctable closes once.
+	if s, ok := b.(Starter[Op, T]); ok && s.Start(sctx, op, levels, e.emit, done) {
+		return c
+	}
+	goSubmit(func() {
+		// A reused goroutine carries the profiler labels of the invocation
+		// that started it: take this invocation's (those of ctx, set by
+		// pprof.Do or pprof.WithLabels; none otherwise).
+		pprof.SetGoroutineLabels(ctx)
+		done(b.Submit(sctx, op, levels, e.emit))
 	})
 	return c
 }

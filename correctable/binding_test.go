@@ -3,6 +3,7 @@ package correctable_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -148,5 +149,72 @@ func TestInvokeContext(t *testing.T) {
 	wait(t, returned, "Submit to return")
 	if v, ok := c.Latest(); !ok || v.Value != 1 || v.Final {
 		t.Fatalf("latest %+v", v)
+	}
+}
+
+// startBinding is a funcBinding that is also a Starter.
+type startBinding struct {
+	funcBinding
+	start func(ctx context.Context, op int, levels []correctable.Level, emit correctable.Emitter[int], done func(error)) bool
+}
+
+func (b startBinding) Start(ctx context.Context, op int, levels []correctable.Level, emit correctable.Emitter[int], done func(error)) bool {
+	return b.start(ctx, op, levels, emit, done)
+}
+
+// TestInvokeStarter: a binding that starts an invocation by itself
+// (Starter) gets no Submit for it; its views and its done's error reach the
+// Correctable as Submit's would (done(nil) without the final view fails it
+// with ErrIncomplete, done(err) with err); one that declines (false) gets
+// Submit; and the context it was given ends once the Correctable closes.
+func TestInvokeStarter(t *testing.T) {
+	ctx := context.Background()
+	var submits int
+	var mu sync.Mutex
+	var started context.Context
+	b := startBinding{
+		funcBinding: funcBinding{levels: twoLevels, submit: func(ctx context.Context, op int, levels []correctable.Level, emit correctable.Emitter[int]) error {
+			mu.Lock()
+			submits++
+			mu.Unlock()
+			return echo(ctx, op, levels, emit)
+		}},
+		start: func(ctx context.Context, op int, levels []correctable.Level, emit correctable.Emitter[int], done func(error)) bool {
+			switch op {
+			case 1: // declines
+				return false
+			case 2: // both views, later, from another goroutine
+				mu.Lock()
+				started = ctx
+				mu.Unlock()
+				go func() { done(echo(ctx, op, levels, emit)) }()
+			case 3: // ends without the final view
+				done(nil)
+			case 4: // fails
+				done(errors.New("starter broke"))
+			}
+			return true
+		},
+	}
+	if v, err := correctable.Invoke(ctx, b, 1).Final(ctx); err != nil || v.Value != 1 || submits != 1 {
+		t.Fatalf("declined: %v, %v, %d submits; want the view of Submit", v, err, submits)
+	}
+	c := correctable.Invoke(ctx, b, 2)
+	v, err := c.Final(ctx)
+	if err != nil || v.Value != 2 || !v.Final || submits != 1 {
+		t.Fatalf("started: %v, %v, %d submits; want the final view, no Submit", v, err, submits)
+	}
+	mu.Lock()
+	sctx := started
+	mu.Unlock()
+	<-sctx.Done() // the Correctable closed: its context ends
+	if _, err := correctable.Invoke(ctx, b, 3).Final(ctx); !errors.Is(err, correctable.ErrIncomplete) {
+		t.Fatalf("done(nil) without the final view: %v, want ErrIncomplete", err)
+	}
+	if _, err := correctable.Invoke(ctx, b, 4).Final(ctx); err == nil || !strings.Contains(err.Error(), "starter broke") {
+		t.Fatalf("done(err): %v, want the starter's error", err)
+	}
+	if submits != 1 {
+		t.Fatalf("%d submits, want only the declined invocation's", submits)
 	}
 }
