@@ -24,7 +24,8 @@
 // (InvokeWeak, InvokeStrong, quorum and SLA reads) it is one message each
 // way on the endpoint's Store.Pipe, a long-lived stream the Client opens per
 // endpoint and shares among its operations, several to a message under
-// load (WithPipe); this costs both ends less than a call. Without the pipe
+// load (WithPipe); this costs both ends less than a call, and an operation
+// that finds the pipe open costs no goroutine (Start). Without the pipe
 // (WithPipe(false), a replica older than Pipe, a request over 64 KiB) it is
 // the unary Store.Call, and under load single-view operations that queue
 // behind the calls in flight to a replica go together as one
@@ -32,8 +33,9 @@
 // endpoint that answers Call with Unimplemented gets Invoke from then on.
 // Every view carries the replica's Stamp (StampOf).
 //
-// The Client is a correctable.Binding[Op, Result], so everything in package
-// correctable (Speculate, Then, All, FirstAtLeast, ...) applies. Result is
+// The Client is a correctable.Binding[Op, Result] (and a
+// correctable.Starter), so everything in package correctable (Speculate,
+// Then, All, FirstAtLeast, ...) applies. Result is
 // not comparable: use correctable.SpeculateFunc with Result.Equal.
 //
 // Errors come in two kinds. An operation that ran and failed at the replica

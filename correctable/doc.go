@@ -17,7 +17,9 @@
 // and compose Correctables with Speculate, Map, Then, All, FirstAtLeast and
 // WithContext. Storage systems plug in through the Binding interface; Invoke,
 // InvokeWeak and InvokeStrong are written once on top of any Binding and
-// enforce the contract even when a binding misbehaves.
+// enforce the contract even when a binding misbehaves. A binding whose
+// invocations can go on without a goroutine of their own (a request queued
+// on a connection whose reader emits the reply) also implements Starter.
 //
 // Consistency levels are ordered values of type Level. The package declares
 // the six Pileus guarantees (Eventual, MonotonicReads, ReadMyWrites, Causal,
