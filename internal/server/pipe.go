@@ -46,20 +46,20 @@ func (s *Server) Pipe(st grpc.BidiStreamingServer[api.PipeRequest, api.PipeReply
 		}
 		sent <- err
 	}()
-	err := s.pipeRecv(ctx, st, k)
-	if err == nil {
-		// The client sends no more: answer what runs, then end.
-		k.recvDone.Store(true)
-		k.poke()
-	} else {
-		cancel() // the operations still pending are dropped (close)
-	}
-	serr := <-sent
-	k.close()
-	if err != nil {
+	if err := s.pipeRecv(ctx, st, k); err != nil {
+		// The operations still pending are dropped. The sender is not
+		// waited for: it may be held in Send by a client that reads no
+		// more, and ends once the stream does.
+		cancel()
+		k.close()
 		return err
 	}
-	return serr
+	// The client sends no more: answer what runs, then end.
+	k.recvDone.Store(true)
+	k.poke()
+	err := <-sent
+	k.close()
+	return err
 }
 
 // pipeRecv reads the stream's requests and starts their operations, until
