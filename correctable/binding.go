@@ -87,7 +87,7 @@ func Invoke[Op, T any](ctx context.Context, b Binding[Op, T], op Op, levels ...L
 
 	e := &emitter[T]{r: r, levels: levels}
 	done := func(err error) {
-		cancel()
+		defer cancel()
 		if err != nil {
 			_ = r.Fail(fmt.Errorf("correctable: invoke: %w", err)) // ErrClosed if already closed: fine
 			return
