@@ -114,8 +114,10 @@ func WithProbeWindow(n int) Option { return func(c *config) { c.probeWindow = n 
 func WithInitialProbes(n int) Option { return func(c *config) { c.initialProbes = n } }
 
 // WithOpTrace calls f with the OpTrace of every invocation when it ends, on
-// the invocation's goroutine: per-operation bytes, views and failovers, for
-// benchmarks. f must be safe for concurrent use and should return quickly.
+// the goroutine that ends it (for an operation started on an open pipe,
+// Start, the pipe's reader, which reads nothing else meanwhile):
+// per-operation bytes, views and failovers, for benchmarks. f must be safe
+// for concurrent use and return quickly.
 func WithOpTrace(f func(OpTrace)) Option { return func(c *config) { c.trace = f } }
 
 // WithTargetTrace calls f with every choice of a target subSLA and replica
