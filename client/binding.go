@@ -158,7 +158,7 @@ func (c *Client) run(ctx context.Context, op Op, levels []correctable.Level, wea
 		// that reads like overload and invites a retry that cannot succeed.
 		return fmt.Errorf("client: %v: request of %d bytes over %d: %w", op, n, MaxRequestBytes, ErrInvalidArgument)
 	}
-	retryable := op.ReadOnly() || op.kind == KindNoop
+	retryable := op.retryable()
 	backoff := fencedBackoff
 	for waited := time.Duration(0); ; {
 		fenced, err := c.runRoute(ctx, op, req, ls, retryable, emit, tr)
@@ -194,10 +194,7 @@ const (
 // reports whether every endpoint tried refused it as restarted and catching
 // up (fenced), which is worth another round.
 func (c *Client) runRoute(ctx context.Context, op Op, req *api.InvokeRequest, ls levelSet, retryable bool, emit correctable.Emitter[Result], tr *OpTrace) (fenced bool, err error) {
-	route := c.route()
-	if ls.strong && !ls.eventual && !op.ReadOnly() {
-		route = c.leaderFirst(route)
-	}
+	route := c.routeFor(op, ls)
 	var errs []error
 	fenced = len(route) > 0
 	for i, e := range route {
@@ -211,33 +208,60 @@ func (c *Client) runRoute(ctx context.Context, op Op, req *api.InvokeRequest, ls
 		if err == nil {
 			return false, nil
 		}
-		if c.isClosed() {
-			return false, fmt.Errorf("client: %v at %s: %w", op, e.addr, ErrClosed)
-		}
-		err = fmt.Errorf("client: %v at %s: %w", op, e.addr, err)
-		if refusedUnrun(err) && !viewed {
-			// Refused before running (ResourceExhausted with
-			// api.RefusedMarker): another replica may take the operation
-			// now, e.g. when this one has just restarted and is catching
-			// up with its cluster. The endpoint stays up.
+		next, refused, err := c.attemptFailed(op, e, sent, viewed, retryable, err)
+		if refused {
 			fenced = fenced && refusedFenced(err)
 			errs = append(errs, err)
 			continue
 		}
 		fenced = false
-		if !errors.Is(err, ErrUnavailable) {
+		if !next {
 			return false, err
 		}
-		c.markDown(e, err)
 		errs = append(errs, err)
-		if viewed || (sent && !retryable && !notRun(err)) {
-			return false, err
-		}
 	}
 	if len(errs) == 1 {
 		return fenced, errs[0]
 	}
 	return fenced, errors.Join(errs...)
+}
+
+// routeFor returns the endpoints to try op at, in order: the nearest
+// healthy first, the leader first for an update that asks for the final
+// view only (leaderFirst).
+func (c *Client) routeFor(op Op, ls levelSet) []*endpoint {
+	route := c.route()
+	if ls.strong && !ls.eventual && !op.ReadOnly() {
+		route = c.leaderFirst(route)
+	}
+	return route
+}
+
+// attemptFailed decides what follows an attempt at e that failed with
+// err: whether the operation may go on to the next endpoint (next), and
+// whether e refused it before running it (refused; then next is true),
+// with err as the operation reports it. An endpoint that is unavailable is
+// marked down.
+func (c *Client) attemptFailed(op Op, e *endpoint, sent, viewed, retryable bool, err error) (next, refused bool, _ error) {
+	if c.isClosed() {
+		return false, false, fmt.Errorf("client: %v at %s: %w", op, e.addr, ErrClosed)
+	}
+	err = fmt.Errorf("client: %v at %s: %w", op, e.addr, err)
+	if refusedUnrun(err) && !viewed {
+		// Refused before running (ResourceExhausted with
+		// api.RefusedMarker): another replica may take the operation
+		// now, e.g. when this one has just restarted and is catching up
+		// with its cluster. The endpoint stays up.
+		return true, true, err
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		return false, false, err
+	}
+	c.markDown(e, err)
+	if viewed || (sent && !retryable && !notRun(err)) {
+		return false, false, err
+	}
+	return true, false, err
 }
 
 // invokeAt runs req at e and emits its views. It reports whether the

@@ -138,6 +138,10 @@ func (o Op) ReadOnly() bool {
 	return false
 }
 
+// retryable reports whether running o twice is harmless (a read or a
+// no-op), so that it may go to another endpoint after it may have run.
+func (o Op) retryable() bool { return o.ReadOnly() || o.kind == KindNoop }
+
 // String describes the op for logs and errors; values are shown by length
 // only.
 func (o Op) String() string {

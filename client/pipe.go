@@ -320,6 +320,18 @@ func (p *pipe) remove(op *pipeOp) bool {
 	return true
 }
 
+// newPipeOp is a pipe operation for req (of encoded size size), with
+// ctx's deadline as its timeout.
+func newPipeOp(ctx context.Context, req *api.InvokeRequest, size int) *pipeOp {
+	op := &pipeOp{call: &api.PipeCall{Call: req}, size: size, done: make(chan struct{})}
+	op.reqBytes.Store(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		// At least a microsecond: 0 would mean none.
+		op.call.TimeoutUs = uint64(max(time.Until(dl).Microseconds(), 1))
+	}
+	return op
+}
+
 // pipeCall runs req, which asks for one view, through e's pipe and returns
 // its reply, whether the request may have left the client, and errNoPipe
 // if e does not implement Pipe.
@@ -331,12 +343,7 @@ func (c *Client) pipeCall(ctx context.Context, e *endpoint, req *api.InvokeReque
 	if err != nil {
 		return nil, false, errorFromStatus(ctx, err)
 	}
-	op := &pipeOp{call: &api.PipeCall{Call: req}, size: size, done: make(chan struct{})}
-	op.reqBytes.Store(-1)
-	if dl, ok := ctx.Deadline(); ok {
-		// At least a microsecond: 0 would mean none.
-		op.call.TimeoutUs = uint64(max(time.Until(dl).Microseconds(), 1))
-	}
+	op := newPipeOp(ctx, req, size)
 	if !p.add(op) {
 		<-p.done
 		return nil, false, c.pipeErr(ctx, e, p.err)

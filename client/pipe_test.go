@@ -244,7 +244,15 @@ func TestPipeE2E(t *testing.T) {
 // leader, and stops it when the test ends.
 func startedCluster(ctx context.Context, t *testing.T) *cluster.Cluster {
 	t.Helper()
-	cl, err := cluster.Start(cluster.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.DiscardHandler)})
+	return startedClusterWith(ctx, t, cluster.Options{})
+}
+
+// startedClusterWith is startedCluster with opts (its directory, NoSync
+// and logger are set here).
+func startedClusterWith(ctx context.Context, t *testing.T, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	opts.Dir, opts.NoSync, opts.Logger = t.TempDir(), true, slog.New(slog.DiscardHandler)
+	cl, err := cluster.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"sync/atomic"
 	"testing"
@@ -528,14 +527,5 @@ func othersThan(id uint64) []uint64 {
 // leader, and stops it when the test ends.
 func delayableCluster(ctx context.Context, t *testing.T) *cluster.Cluster {
 	t.Helper()
-	cl, err := cluster.Start(cluster.Options{Dir: t.TempDir(), NoSync: true, Logger: slog.New(slog.DiscardHandler),
-		ReplicationDelay: map[uint64]time.Duration{1: 0, 2: 0, 3: 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Stop() })
-	if _, err := cl.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return cl
+	return startedClusterWith(ctx, t, cluster.Options{ReplicationDelay: map[uint64]time.Duration{1: 0, 2: 0, 3: 0}})
 }

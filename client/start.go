@@ -3,12 +3,10 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/correctables/correctables/api"
 	"github.com/correctables/correctables/correctable"
 )
 
@@ -32,10 +30,7 @@ func (c *Client) Start(ctx context.Context, op Op, levels []correctable.Level, e
 	if err != nil {
 		return false
 	}
-	route := c.route()
-	if ls.strong && !ls.eventual && !op.ReadOnly() {
-		route = c.leaderFirst(route)
-	}
+	route := c.routeFor(op, ls)
 	if len(route) == 0 {
 		return false
 	}
@@ -54,11 +49,7 @@ func (c *Client) Start(ctx context.Context, op Op, levels []correctable.Level, e
 	if c.cfg.recorder != nil {
 		emit = c.cfg.recorder.traceEmitter(op, traceStart(ctx), levels[0], emit)
 	}
-	po := &pipeOp{call: &api.PipeCall{Call: req}, size: size, done: make(chan struct{})}
-	po.reqBytes.Store(-1)
-	if dl, ok := ctx.Deadline(); ok {
-		po.call.TimeoutUs = uint64(max(time.Until(dl).Microseconds(), 1))
-	}
+	po := newPipeOp(ctx, req, size)
 	// A caller that gives up takes the operation out of the pipe, as one
 	// waiting in pipeCall does; one that ends otherwise stops watching.
 	var stop func() bool
@@ -113,22 +104,7 @@ func (c *Client) startedEnd(ctx context.Context, op Op, levels []correctable.Lev
 		c.goOn(ctx, op, levels, emit, done, start, tr, false) // calls, from the first endpoint
 		return
 	}
-	if c.isClosed() {
-		done(c.ended(ctx, start, tr, fmt.Errorf("client: %v at %s: %w", op, e.addr, ErrClosed)))
-		return
-	}
-	err = fmt.Errorf("client: %v at %s: %w", op, e.addr, err)
-	if refusedUnrun(err) && !viewed {
-		c.goOn(ctx, op, levels, emit, done, start, tr, true) // refused before it ran
-		return
-	}
-	if !errors.Is(err, ErrUnavailable) {
-		done(c.ended(ctx, start, tr, err))
-		return
-	}
-	c.markDown(e, err)
-	retryable := op.ReadOnly() || op.kind == KindNoop
-	if viewed || (sent && !retryable && !notRun(err)) {
+	if next, _, err := c.attemptFailed(op, e, sent, viewed, op.retryable(), err); !next {
 		done(c.ended(ctx, start, tr, err))
 		return
 	}

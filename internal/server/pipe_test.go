@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"runtime"
 	"testing"
 	"time"
@@ -268,20 +267,8 @@ func untilPiped(ctx context.Context, t *testing.T, c *client.Client, rc *rpcCoun
 // each, and when the stream ends they give back their inflight slots at
 // once, not when the replica would have refused them (MinVVWait).
 func TestPipeHoldsNoGoroutinePerOperation(t *testing.T) {
-	peers := map[uint64]string{}
-	for i := uint64(1); i <= 3; i++ {
-		peers[i] = freeAddr(t)
-	}
-	var cfgs []Config
-	for i := uint64(1); i <= 3; i++ {
-		cfgs = append(cfgs, Config{
-			ID: i, Peers: peers, ClientAddr: peers[i], PeerAddr: peers[i],
-			Storage: &memStorage{MemoryStorage: raft.NewMemoryStorage()},
-			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)), Seed: i,
-			MinVVWait: 10 * time.Minute,
-		})
-	}
-	servers := startServers(t, cfgs...)
+	servers := startClusterWith(t, 3, func(uint64) Storage { return &memStorage{MemoryStorage: raft.NewMemoryStorage()} },
+		func(c *Config) { c.MinVVWait = 10 * time.Minute })
 	s := servers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -114,6 +114,13 @@ func deadAddr(t testing.TB) string {
 // on one address.
 func startCluster(t testing.TB, n int, mk func(id uint64) Storage) []*Server {
 	t.Helper()
+	return startClusterWith(t, n, mk, nil)
+}
+
+// startClusterWith is startCluster with tweak (if not nil) applied to each
+// replica's Config before it starts.
+func startClusterWith(t testing.TB, n int, mk func(id uint64) Storage, tweak func(*Config)) []*Server {
+	t.Helper()
 	peers := map[uint64]string{}
 	for i := 1; i <= n; i++ {
 		peers[uint64(i)] = freeAddr(t)
@@ -125,6 +132,9 @@ func startCluster(t testing.TB, n int, mk func(id uint64) Storage) []*Server {
 			ID: id, Peers: peers, ClientAddr: peers[id], PeerAddr: peers[id], Storage: mk(id),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Seed: uint64(i),
 		})
+		if tweak != nil {
+			tweak(&cfgs[len(cfgs)-1])
+		}
 	}
 	return startServers(t, cfgs...)
 }
