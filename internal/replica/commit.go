@@ -184,7 +184,7 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 	// not by walking the stack: each commit costs what it commits).
 	var missing []executed
 	for i, q := range fresh {
-		if j, ok := r.keys.index(q.ID); ok {
+		if j, ok := r.index(q.ID); ok {
 			e := &r.tentative[j]
 			e.committed, e.cpos = true, base+i
 			r.ntent--
@@ -206,7 +206,7 @@ func (r *Replica) adjustExecution(fresh []*Req) []state.Result {
 	r.reexecScratch(append(rest, missing...))
 	results := make([]state.Result, len(fresh))
 	for i, q := range fresh {
-		j, _ := r.keys.index(q.ID)
+		j, _ := r.index(q.ID)
 		results[i] = r.tentative[j].result
 	}
 	// Committed operations at the bottom of the stack join the base: nothing
@@ -294,7 +294,7 @@ func (r *Replica) mustFollow(fresh []*Req, missing []executed, base int, seeds [
 				w = keyWalk{seeded: len(r.tentative)}
 			}
 			for i := w.skipped; i < len(ps); i++ {
-				j := ps[i] - r.keys.base
+				j := r.at(ps[i])
 				if j >= below || j >= w.seeded {
 					break
 				}
@@ -318,7 +318,7 @@ func (r *Replica) mustFollow(fresh []*Req, missing []executed, base int, seeds [
 		}
 	}
 	for i, q := range fresh {
-		if j, ok := r.keys.index(q.ID); ok && !consider(q, base+i, j) {
+		if j, ok := r.index(q.ID); ok && !consider(q, base+i, j) {
 			return seeds, false
 		}
 	}

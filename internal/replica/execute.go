@@ -21,6 +21,12 @@ type executed struct {
 	// tentative operations it commutes with were executed below it.
 	committed bool
 	cpos      int
+	// slot is the operation's place in the key index (keyIndex), given
+	// when it is executed: slots grow up the stack, and an operation keeps
+	// its slot while rollbacks move it down over the gaps of those undone
+	// below it (rollbackSome), so that only what is undone leaves the
+	// index.
+	slot int
 }
 
 // before is the logical order of the stack: committed operations by their
@@ -45,7 +51,7 @@ func (r *Replica) receive(req *Req) (state.Result, bool) {
 		return state.Result{}, false
 	}
 	r.place([]executed{{req: req}})
-	if i, ok := r.keys.index(req.ID); ok && r.tentative[i].req == req {
+	if i, ok := r.index(req.ID); ok && r.tentative[i].req == req {
 		return r.tentative[i].result, true
 	}
 	panic("replica: received operation not executed") // unreachable: place executed it
@@ -126,7 +132,7 @@ func (r *Replica) conflictsAfter(x executed, seeds []int) []int {
 		ps := r.keys.pos[k]
 		low := -1
 		for j := len(ps) - 1; j >= 0; j-- {
-			i := ps[j] - r.keys.base
+			i := r.at(ps[j])
 			if before(r.tentative[i], x) <= 0 {
 				break
 			}
@@ -153,16 +159,19 @@ func (r *Replica) firstConflictAfter(x executed) int {
 }
 
 // keyIndex maps every key touched by an operation of the stack to the
-// positions of those operations, bottom first. Positions are absolute
-// (base plus the index in the stack), so that dropping the bottom of the
-// stack does not renumber them.
+// slots of those operations, bottom first (executed.slot). Slots are given
+// in increasing order as operations are executed on top of the stack, and
+// stay with an operation while it stays executed: dropping the bottom of
+// the stack, or undoing operations under others that commute with them
+// (rollbackSome), renumbers nothing. Replica.at finds a slot's position in
+// the stack.
 type keyIndex struct {
-	base int
+	next int // the slot of the next operation executed
 	pos  map[fkey][]int
-	at   map[OpID]int // every operation's position
+	at   map[OpID]int // every operation's slot
 	wild int          // operations in the stack whose footprint is wildKey
-	// free holds emptied position lists for keys that come next: most
-	// keys enter and leave the index with one operation each.
+	// free holds emptied slot lists for keys that come next: most keys
+	// enter and leave the index with one operation each.
 	free [][]int
 }
 
@@ -174,15 +183,43 @@ const (
 
 func (x *keyIndex) reset() { *x = keyIndex{pos: map[fkey][]int{}, at: map[OpID]int{}} }
 
-// index returns the stack index of an operation in the stack.
-func (x *keyIndex) index(id OpID) (int, bool) {
-	p, ok := x.at[id]
-	return p - x.base, ok
+// index returns the stack position of an operation in the stack.
+func (r *Replica) index(id OpID) (int, bool) {
+	s, ok := r.keys.at[id]
+	if !ok {
+		return 0, false
+	}
+	return r.at(s), true
 }
 
-// push records the operation just put on top, at index i.
-func (x *keyIndex) push(q *Req, i int) {
-	x.at[q.ID] = x.base + i
+// at returns the stack position of the operation in slot s, which must be
+// in the stack. Slots grow up the stack; with no gap below s (no
+// operation undone under others since they were executed) the position is
+// s's distance from the bottom's slot, else a binary search finds it.
+func (r *Replica) at(s int) int {
+	st := r.tentative
+	if i := s - st[0].slot; i >= 0 && i < len(st) && st[i].slot == s {
+		return i
+	}
+	i, ok := slices.BinarySearchFunc(st, s, func(e executed, s int) int { return e.slot - s })
+	if !ok {
+		panic(fmt.Sprintf("replica: key index slot %d not in the stack", s))
+	}
+	return i
+}
+
+// push records q, executed on top of the stack, in a new slot, which it
+// returns (the caller keeps it in the stack's entry).
+func (x *keyIndex) push(q *Req) int {
+	s := x.next
+	x.next++
+	x.add(q, s)
+	return s
+}
+
+// add records q in slot s, above every slot the index holds.
+func (x *keyIndex) add(q *Req, s int) {
+	x.at[q.ID] = s
 	for _, k := range q.footprint() {
 		if k == wildKey {
 			x.wild++
@@ -193,7 +230,7 @@ func (x *keyIndex) push(q *Req, i int) {
 			ps = x.free[len(x.free)-1]
 			x.free = x.free[:len(x.free)-1]
 		}
-		x.pos[k] = append(ps, x.base+i)
+		x.pos[k] = append(ps, s)
 	}
 }
 
@@ -201,13 +238,12 @@ func (x *keyIndex) push(q *Req, i int) {
 func (x *keyIndex) pop(q *Req) { x.forget(q, true) }
 
 // dropBottom forgets the operation at the bottom of the stack.
-func (x *keyIndex) dropBottom(q *Req) {
-	x.forget(q, false)
-	x.base++
-}
+func (x *keyIndex) dropBottom(q *Req) { x.forget(q, false) }
 
-// forget removes an operation at the top or the bottom of the stack: the
-// last or the first position of each of its keys.
+// forget removes an operation that holds the last slot of each of its
+// keys (top) or the first: the operation on top of the stack or at its
+// bottom, or one that rollbackSome undoes (every operation above it on
+// one of its keys is undone, and forgotten, before it).
 func (x *keyIndex) forget(q *Req, top bool) {
 	delete(x.at, q.ID)
 	for _, k := range q.footprint() {
@@ -272,19 +308,19 @@ func (r *Replica) rollbackSome(seeds []int, dst []executed) []executed {
 		marks[p-lo] = true
 	}
 	// Mark, bottom up, what lies above a marked operation on one of its
-	// keys. A key's positions above a marked one are all marked once that
-	// one is reached, so the walk up a key's list stops at the first mark.
+	// keys. A key's slots above a marked one are all marked once that one
+	// is reached, so the walk up a key's list stops at the first mark.
 	for i := lo; i < n; i++ {
 		if !marks[i-lo] {
 			continue
 		}
 		for _, k := range r.tentative[i].req.footprint() {
 			// Above i: a footprint may name a key twice (a transaction's
-			// guard and write), and the list holds i as often.
+			// guard and write), and the list holds i's slot as often.
 			ps := r.keys.pos[k]
-			at, _ := slices.BinarySearch(ps, r.keys.base+i+1)
-			for _, ap := range ps[at:] {
-				j := ap - r.keys.base
+			at, _ := slices.BinarySearch(ps, r.tentative[i].slot+1)
+			for _, s := range ps[at:] {
+				j := r.at(s)
 				if marks[j-lo] {
 					break
 				}
@@ -292,18 +328,20 @@ func (r *Replica) rollbackSome(seeds []int, dst []executed) []executed {
 			}
 		}
 	}
-	// Undo the marked ones, latest first; the index forgets everything
-	// from lo up (positions shift) and takes what stays back at its new
-	// place.
+	// Undo the marked ones, latest first. On each of its keys, what is
+	// marked is the top of the key's list (above a marked operation,
+	// everything on its keys is marked), so each one undone holds the last
+	// slot of its keys when it is forgotten. What stays keeps its slot.
 	for i := n - 1; i >= lo; i-- {
+		if !marks[i-lo] {
+			continue
+		}
 		e := &r.tentative[i]
 		r.keys.pop(e.req)
-		if marks[i-lo] {
-			r.st.Revert(e.undo)
-			r.stats.Rollbacks++
-			if !e.committed {
-				r.ntent--
-			}
+		r.st.Revert(e.undo)
+		r.stats.Rollbacks++
+		if !e.committed {
+			r.ntent--
 		}
 	}
 	w := lo
@@ -313,7 +351,6 @@ func (r *Replica) rollbackSome(seeds []int, dst []executed) []executed {
 			continue
 		}
 		r.tentative[w] = r.tentative[i]
-		r.keys.push(r.tentative[w].req, w)
 		w++
 	}
 	clear(r.tentative[w:n]) // no references kept past the top
@@ -368,7 +405,7 @@ func (r *Replica) reexec(es []executed) {
 		res, undo := r.st.Apply(e.req.Op)
 		r.stats.Executions++
 		e.result, e.undo = res, undo
-		r.keys.push(e.req, len(r.tentative))
+		e.slot = r.keys.push(e.req)
 		r.pushExecuted(e)
 		if !e.committed {
 			r.ntent++
@@ -404,7 +441,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 	}
 	for _, e := range rest {
 		e.result, e.undo = r.st.Apply(e.req.Op)
-		r.keys.push(e.req, len(r.tentative))
+		e.slot = r.keys.push(e.req)
 		r.pushExecuted(e)
 	}
 	r.stats, r.ntent = saved, ntent
@@ -434,15 +471,20 @@ func (r *Replica) CheckInvariants() error {
 	n := 0
 	want := keyIndex{}
 	want.reset()
-	want.base = r.keys.base
 	for i, e := range r.tentative {
+		if i > 0 && e.slot <= r.tentative[i-1].slot {
+			return fmt.Errorf("replica %d: slot %d at %d in the stack, over %d", r.cfg.ID, e.slot, i, r.tentative[i-1].slot)
+		}
+		if e.slot >= r.keys.next {
+			return fmt.Errorf("replica %d: slot %d at %d in the stack, not given yet (next %d)", r.cfg.ID, e.slot, i, r.keys.next)
+		}
 		if !e.committed {
 			n++
 			if r.latest == nil || compareReq(e.req, r.latest) > 0 {
 				return fmt.Errorf("replica %d: tentative %v after latest %v", r.cfg.ID, e.req.ID, r.latest)
 			}
 		}
-		want.push(e.req, i)
+		want.add(e.req, e.slot)
 		for _, y := range r.tentative[i+1:] {
 			if before(y, e) < 0 && conflicts(e.req, y.req) {
 				return fmt.Errorf("replica %d: %v executed before %v, which conflicts with it and precedes it", r.cfg.ID, e.req.ID, y.req.ID)
@@ -464,7 +506,7 @@ func (r *Replica) CheckInvariants() error {
 		return fmt.Errorf("replica %d: %d operations indexed, %d in the stack", r.cfg.ID, len(r.keys.at), len(r.tentative))
 	}
 	for i, e := range r.tentative {
-		if j, ok := r.keys.index(e.req.ID); !ok || j != i {
+		if j, ok := r.index(e.req.ID); !ok || j != i {
 			return fmt.Errorf("replica %d: %v at %d in the stack, indexed at %d", r.cfg.ID, e.req.ID, i, j)
 		}
 	}

@@ -254,7 +254,7 @@ func (r *Replica) readVV(op state.Op) VV {
 		}
 		seen[k] = true
 		for _, p := range r.keys.pos[k] {
-			q := r.tentative[p-r.keys.base].req
+			q := r.tentative[r.at(p)].req
 			if q.ID.Seq > out[q.ID.Origin] {
 				out[q.ID.Origin] = q.ID.Seq
 			}
