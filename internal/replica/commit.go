@@ -288,7 +288,7 @@ func (r *Replica) mustFollow(fresh []*Req, missing []executed, base int, seeds [
 			if k == wildKey {
 				return false
 			}
-			ps := r.keys.pos[k]
+			ps := r.keys.slots(k)
 			w, ok := walks[k]
 			if !ok {
 				w = keyWalk{seeded: len(r.tentative)}

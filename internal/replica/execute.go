@@ -129,7 +129,7 @@ func (r *Replica) place(xs []executed) {
 // involved may be a wildcard (wildKey).
 func (r *Replica) conflictsAfter(x executed, seeds []int) []int {
 	for _, k := range x.req.footprint() {
-		ps := r.keys.pos[k]
+		ps := r.keys.slots(k)
 		low := -1
 		for j := len(ps) - 1; j >= 0; j-- {
 			i := r.at(ps[j])
@@ -167,21 +167,31 @@ func (r *Replica) firstConflictAfter(x executed) int {
 // the stack.
 type keyIndex struct {
 	next int // the slot of the next operation executed
-	pos  map[fkey][]int
-	at   map[OpID]int // every operation's slot
-	wild int          // operations in the stack whose footprint is wildKey
-	// free holds emptied slot lists for keys that come next: most keys
-	// enter and leave the index with one operation each.
-	free [][]int
+	// pos holds each key's list behind a pointer, so that a push or a pop
+	// costs one lookup. A list that empties stays in the map (most keys
+	// come back soon); empty counts those, and once they are many, the
+	// map sheds them (forget).
+	pos   map[fkey]*[]int
+	empty int
+	at    map[OpID]int // every operation's slot
+	wild  int          // operations in the stack whose footprint is wildKey
 }
 
-// maxFree bounds keyIndex.free, and maxFreeCap the lists it keeps.
-const (
-	maxFree    = 1024
-	maxFreeCap = 64
-)
+// minShed is the number of empty lists keyIndex.pos keeps at least before
+// it sheds them: past it, as many as it holds non-empty ones.
+const minShed = 1024
 
-func (x *keyIndex) reset() { *x = keyIndex{pos: map[fkey][]int{}, at: map[OpID]int{}} }
+func (x *keyIndex) reset() { *x = keyIndex{pos: map[fkey]*[]int{}, at: map[OpID]int{}} }
+
+// slots returns the slots of the operations of the stack that touch k,
+// bottom first (nil if none). The list is the index's: not to be kept or
+// changed.
+func (x *keyIndex) slots(k fkey) []int {
+	if p := x.pos[k]; p != nil {
+		return *p
+	}
+	return nil
+}
 
 // index returns the stack position of an operation in the stack.
 func (r *Replica) index(id OpID) (int, bool) {
@@ -225,12 +235,15 @@ func (x *keyIndex) add(q *Req, s int) {
 			x.wild++
 			continue
 		}
-		ps, ok := x.pos[k]
-		if !ok && len(x.free) > 0 {
-			ps = x.free[len(x.free)-1]
-			x.free = x.free[:len(x.free)-1]
+		p := x.pos[k]
+		switch {
+		case p == nil:
+			p = new([]int)
+			x.pos[k] = p
+		case len(*p) == 0:
+			x.empty--
 		}
-		x.pos[k] = append(ps, s)
+		*p = append(*p, s)
 	}
 }
 
@@ -251,17 +264,23 @@ func (x *keyIndex) forget(q *Req, top bool) {
 			x.wild--
 			continue
 		}
-		switch ps := x.pos[k]; {
-		case len(ps) <= 1:
-			delete(x.pos, k)
-			if c := cap(ps); c > 0 && c <= maxFreeCap && len(x.free) < maxFree {
-				x.free = append(x.free, ps[:0])
-			}
+		switch p := x.pos[k]; {
+		case len(*p) == 1:
+			*p = (*p)[:0] // from its start: the next push reuses the array
+			x.empty++
 		case top:
-			x.pos[k] = ps[:len(ps)-1]
+			*p = (*p)[:len(*p)-1]
 		default:
-			x.pos[k] = ps[1:]
+			*p = (*p)[1:]
 		}
+	}
+	if x.empty > minShed && x.empty > len(x.pos)-x.empty {
+		for k, p := range x.pos {
+			if len(*p) == 0 {
+				delete(x.pos, k)
+			}
+		}
+		x.empty = 0
 	}
 }
 
@@ -317,7 +336,7 @@ func (r *Replica) rollbackSome(seeds []int, dst []executed) []executed {
 		for _, k := range r.tentative[i].req.footprint() {
 			// Above i: a footprint may name a key twice (a transaction's
 			// guard and write), and the list holds i's slot as often.
-			ps := r.keys.pos[k]
+			ps := r.keys.slots(k)
 			at, _ := slices.BinarySearch(ps, r.tentative[i].slot+1)
 			for _, s := range ps[at:] {
 				j := r.at(s)
@@ -494,12 +513,21 @@ func (r *Replica) CheckInvariants() error {
 	if n != r.ntent {
 		return fmt.Errorf("replica %d: %d tentative operations, counted %d", r.cfg.ID, n, r.ntent)
 	}
-	if want.wild != r.keys.wild || len(want.pos) != len(r.keys.pos) {
-		return fmt.Errorf("replica %d: key index has %d keys, %d wildcards; the stack %d, %d", r.cfg.ID, len(r.keys.pos), r.keys.wild, len(want.pos), want.wild)
+	empty := 0
+	for _, p := range r.keys.pos {
+		if len(*p) == 0 {
+			empty++
+		}
 	}
-	for k, ps := range want.pos {
-		if !slices.Equal(ps, r.keys.pos[k]) {
-			return fmt.Errorf("replica %d: key %v at %v in the index, at %v in the stack", r.cfg.ID, k, r.keys.pos[k], ps)
+	if empty != r.keys.empty {
+		return fmt.Errorf("replica %d: key index holds %d empty lists, counted %d", r.cfg.ID, empty, r.keys.empty)
+	}
+	if want.wild != r.keys.wild || len(want.pos) != len(r.keys.pos)-empty {
+		return fmt.Errorf("replica %d: key index has %d keys, %d wildcards; the stack %d, %d", r.cfg.ID, len(r.keys.pos)-empty, r.keys.wild, len(want.pos), want.wild)
+	}
+	for k, p := range want.pos {
+		if !slices.Equal(*p, r.keys.slots(k)) {
+			return fmt.Errorf("replica %d: key %v at %v in the index, at %v in the stack", r.cfg.ID, k, r.keys.slots(k), *p)
 		}
 	}
 	if len(r.keys.at) != len(r.tentative) {

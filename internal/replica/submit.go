@@ -253,7 +253,7 @@ func (r *Replica) readVV(op state.Op) VV {
 			continue
 		}
 		seen[k] = true
-		for _, p := range r.keys.pos[k] {
+		for _, p := range r.keys.slots(k) {
 			q := r.tentative[r.at(p)].req
 			if q.ID.Seq > out[q.ID.Origin] {
 				out[q.ID.Origin] = q.ID.Seq
