@@ -46,7 +46,7 @@ func BenchmarkPlaceUnderManyNewer(b *testing.B) {
 // what follows its operations on their keys, a few operations, while the
 // rest of the stack commutes with them and stays executed (Creek §4.4).
 // 1,000 keys, 200 newer operations in the stack, messages of 30 older
-// ones; the stack stays about that deep (its bottom commits). 145-175 us
+// ones; the stack stays about that deep (its bottom commits). 122-128 us
 // per message when what stays keeps its slot in the key index, 230-350 us
 // when the index forgot and took back everything above the lowest
 // rollback (go test -bench GossipUnderNewer -count 3, two cores).

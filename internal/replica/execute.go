@@ -161,12 +161,18 @@ func (r *Replica) firstConflictAfter(x executed) int {
 // keyIndex maps every key touched by an operation of the stack to the
 // slots of those operations, bottom first (executed.slot). Slots are given
 // in increasing order as operations are executed on top of the stack, and
-// stay with an operation while it stays executed: dropping the bottom of
-// the stack, or undoing operations under others that commute with them
-// (rollbackSome), renumbers nothing. Replica.at finds a slot's position in
-// the stack.
+// stay with an operation while it stays executed: undoing operations under
+// others that commute with them (rollbackSome) takes out of the index only
+// what it undoes; the others just move down in the stack, which abs
+// records (a slice write each, no map update).
 type keyIndex struct {
 	next int // the slot of the next operation executed
+	// abs[s-lo] is the absolute stack position (base plus the index in
+	// the stack) of the operation in slot s, for every slot from lo (the
+	// bottom's) to next; slots whose operation was undone hold garbage.
+	// Absolute, so that dropping the bottom of the stack renumbers nothing.
+	abs      []int
+	lo, base int
 	// pos holds each key's list behind a pointer, so that a push or a pop
 	// costs one lookup. A list that empties stays in the map (most keys
 	// come back soon); empty counts those, and once they are many, the
@@ -203,28 +209,36 @@ func (r *Replica) index(id OpID) (int, bool) {
 }
 
 // at returns the stack position of the operation in slot s, which must be
-// in the stack. Slots grow up the stack; with no gap below s (no
-// operation undone under others since they were executed) the position is
-// s's distance from the bottom's slot, else a binary search finds it.
-func (r *Replica) at(s int) int {
-	st := r.tentative
-	if i := s - st[0].slot; i >= 0 && i < len(st) && st[i].slot == s {
-		return i
-	}
-	i, ok := slices.BinarySearchFunc(st, s, func(e executed, s int) int { return e.slot - s })
-	if !ok {
-		panic(fmt.Sprintf("replica: key index slot %d not in the stack", s))
-	}
-	return i
-}
+// in the stack.
+func (r *Replica) at(s int) int { return r.keys.abs[s-r.keys.lo] - r.keys.base }
 
-// push records q, executed on top of the stack, in a new slot, which it
-// returns (the caller keeps it in the stack's entry).
-func (x *keyIndex) push(q *Req) int {
+// push records q, executed at stack position i (the top), in a new slot,
+// which it returns (the caller keeps it in the stack's entry).
+func (x *keyIndex) push(q *Req, i int) int {
 	s := x.next
 	x.next++
+	if len(x.abs) == 0 {
+		x.lo = s
+	}
+	x.abs = append(x.abs, x.base+i)
 	x.add(q, s)
 	return s
+}
+
+// moved records that the operation in slot s is now at stack position i.
+func (x *keyIndex) moved(s, i int) { x.abs[s-x.lo] = x.base + i }
+
+// droppedBottom records that the stack lost its n bottom entries (each
+// forgotten with dropBottom); bottom is the slot of the new bottom, if the
+// stack holds one.
+func (x *keyIndex) droppedBottom(n int, bottom int, empty bool) {
+	x.base += n
+	if empty {
+		x.abs, x.lo = x.abs[:0], x.next
+		return
+	}
+	x.abs = x.abs[bottom-x.lo:]
+	x.lo = bottom
 }
 
 // add records q in slot s, above every slot the index holds.
@@ -369,7 +383,10 @@ func (r *Replica) rollbackSome(seeds []int, dst []executed) []executed {
 			dst = append(dst, r.tentative[i])
 			continue
 		}
-		r.tentative[w] = r.tentative[i]
+		if w != i {
+			r.tentative[w] = r.tentative[i]
+			r.keys.moved(r.tentative[w].slot, w)
+		}
 		w++
 	}
 	clear(r.tentative[w:n]) // no references kept past the top
@@ -401,10 +418,16 @@ func (r *Replica) pushExecuted(e executed) {
 	r.tentative = append(r.tentative, e)
 }
 
-// dropBottom removes the n operations at the bottom of the stack.
+// dropBottom removes the n operations at the bottom of the stack, each
+// forgotten by the key index already (keyIndex.dropBottom).
 func (r *Replica) dropBottom(n int) {
 	clear(r.tentative[:n])
 	r.tentative = r.tentative[n:]
+	if len(r.tentative) == 0 {
+		r.keys.droppedBottom(n, 0, true)
+	} else {
+		r.keys.droppedBottom(n, r.tentative[0].slot, false)
+	}
 }
 
 // reexecScratch is reexec of es held in r.undone, which it then clears for
@@ -420,11 +443,12 @@ func (r *Replica) reexecScratch(es []executed) {
 // makes each result the one the logical order gives.
 func (r *Replica) reexec(es []executed) {
 	slices.SortStableFunc(es, before)
+	defer r.compactIndex()
 	for _, e := range es {
 		res, undo := r.st.Apply(e.req.Op)
 		r.stats.Executions++
 		e.result, e.undo = res, undo
-		e.slot = r.keys.push(e.req)
+		e.slot = r.keys.push(e.req, len(r.tentative))
 		r.pushExecuted(e)
 		if !e.committed {
 			r.ntent++
@@ -460,10 +484,27 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 	}
 	for _, e := range rest {
 		e.result, e.undo = r.st.Apply(e.req.Op)
-		e.slot = r.keys.push(e.req)
+		e.slot = r.keys.push(e.req, len(r.tentative))
 		r.pushExecuted(e)
 	}
 	r.stats, r.ntent = saved, ntent
+	r.compactIndex()
+}
+
+// compactIndex gives the stack's operations their slots afresh, from 0,
+// once most of the key index's slots are of operations undone (each
+// execution takes a slot, and an undone one leaves a hole until the
+// bottom of the stack passes it: a replica that cannot commit, its stack
+// rolled back and executed again and again, would grow abs without
+// bound). Amortized: it runs after more executions than the stack holds.
+func (r *Replica) compactIndex() {
+	if len(r.keys.abs) <= 2*len(r.tentative)+1024 {
+		return
+	}
+	r.keys.reset()
+	for i := range r.tentative {
+		r.tentative[i].slot = r.keys.push(r.tentative[i].req, i)
+	}
 }
 
 // conflicts reports whether two operations touch a common key or queue:
@@ -512,6 +553,9 @@ func (r *Replica) CheckInvariants() error {
 	}
 	if n != r.ntent {
 		return fmt.Errorf("replica %d: %d tentative operations, counted %d", r.cfg.ID, n, r.ntent)
+	}
+	if len(r.keys.abs) != r.keys.next-r.keys.lo || (len(r.tentative) > 0 && r.tentative[0].slot < r.keys.lo) {
+		return fmt.Errorf("replica %d: key index positions from slot %d, %d of them, next %d", r.cfg.ID, r.keys.lo, len(r.keys.abs), r.keys.next)
 	}
 	empty := 0
 	for _, p := range r.keys.pos {

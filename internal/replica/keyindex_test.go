@@ -21,7 +21,7 @@ func TestKeyIndexShedsEmptyLists(t *testing.T) {
 	var window []*Req
 	for i := range total {
 		q := put(i)
-		x.push(q)
+		x.push(q, len(window))
 		window = append(window, q)
 		if len(window) > live {
 			x.dropBottom(window[0])
@@ -44,5 +44,39 @@ func TestKeyIndexShedsEmptyLists(t *testing.T) {
 		if got := x.slots(q.footprint()[0]); len(got) != 1 || got[0] != x.at[q.ID] {
 			t.Fatalf("%v: slots %v, at %d", q.ID, got, x.at[q.ID])
 		}
+	}
+}
+
+// A replica that commits nothing while gossip keeps bringing operations
+// older than what its stack holds rolls back and executes again and
+// again: every execution takes a slot, and the key index's positions
+// (keyIndex.abs) must not grow with the executions, only with the stack
+// (compactIndex).
+func TestKeyIndexBoundedWithoutCommits(t *testing.T) {
+	r := loneReplica(t)
+	var ops []*Req
+	for s := uint64(1); s <= 200; s++ {
+		ops = append(ops, &Req{ID: OpID{2, s}, TS: 3e12 + 10*s, Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", s%50), Value: []byte("t")}})
+	}
+	if err := r.Step(Message{Type: MsgOps, From: 2, To: 1, Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
+	execs := r.stats.Executions
+	for s := uint64(1); s <= 2000; s++ {
+		// Each older than the whole stack, on a key of it: a rollback of
+		// what follows on that key.
+		q := &Req{ID: OpID{3, s}, TS: 1e12 + s, Op: state.Op{Kind: state.OpPut, Key: fmt.Sprint("k", s%50), Value: []byte("c")}}
+		if err := r.Step(Message{Type: MsgOps, From: 3, To: 1, Ops: []*Req{q}}); err != nil {
+			t.Fatal(err)
+		}
+		if n, max := len(r.keys.abs), 2*len(r.tentative)+1024+1; n > max {
+			t.Fatalf("after %d messages: %d positions for a stack of %d", s, n, len(r.tentative))
+		}
+	}
+	if err := r.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if again := r.stats.Executions - execs - 2000; again < 5000 {
+		t.Fatalf("only %d executions again: the test does not roll back enough to need compaction", again)
 	}
 }
