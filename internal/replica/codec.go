@@ -292,7 +292,11 @@ func (d *decoder) req() *Req {
 const maxMessageVV = 1 << 10
 
 // EncodeMessage encodes a replica message for the wire between replicas.
-func EncodeMessage(m Message) ([]byte, error) {
+func EncodeMessage(m Message) ([]byte, error) { return AppendMessage(nil, m) }
+
+// AppendMessage appends EncodeMessage's encoding of m to b (a buffer the
+// caller reuses: the peer links encode every message they send).
+func AppendMessage(b []byte, m Message) ([]byte, error) {
 	size := 2 + 5*binary.MaxVarintLen64 + len(m.VV)*2*binary.MaxVarintLen64
 	for _, q := range m.Ops {
 		size += reqSizeHint(q)
@@ -300,7 +304,7 @@ func EncodeMessage(m Message) ([]byte, error) {
 	if m.Raft != nil {
 		size += proto.Size(m.Raft)
 	}
-	b := make([]byte, 0, size)
+	b = slices.Grow(b, size)
 	b = append(b, entryVersion, byte(m.Type))
 	b = binary.AppendUvarint(b, m.From)
 	b = binary.AppendUvarint(b, m.To)

@@ -18,6 +18,8 @@ func (r *Replica) readsDue() bool { return len(r.unasked) > 0 && len(r.readBatch
 
 // Ready collects what the driver must persist, send and deliver. Committed
 // entries are applied here: raft hands out only entries already durable.
+// The Ready's Views are readable until the next call of Ready: Advance
+// gives their array back, to be used again.
 func (r *Replica) Ready() (Ready, error) {
 	r.askReads()
 	r.gossipNew()
@@ -52,7 +54,7 @@ func (r *Replica) Ready() (Ready, error) {
 		}
 		r.serveReads()
 		rd := r.out
-		r.out = Ready{}
+		r.out = Ready{Views: r.takeSpareViews()}
 		rd.HardState = rrd.HardState
 		rd.Entries = rrd.Entries
 		rd.Snapshot = rrd.Snapshot
@@ -102,12 +104,31 @@ func (r *Replica) Ready() (Ready, error) {
 		return Ready{}, err
 	}
 	rd := r.out
-	r.out = Ready{}
+	r.out = Ready{Views: r.takeSpareViews()}
 	return rd, nil
+}
+
+// maxSpareViews bounds the array of views a replica keeps between Readies.
+const maxSpareViews = 4096
+
+// takeSpareViews returns the array given back by the last Advance,
+// empty and cleared (no results kept alive through it), or nil. The Ready
+// that array was handed out with is no longer readable.
+func (r *Replica) takeSpareViews() []View {
+	v := r.spareViews
+	r.spareViews = nil
+	clear(v[:cap(v)])
+	return v
 }
 
 // Advance tells the replica the Ready was handled.
 func (r *Replica) Advance(rd Ready) {
+	// The views were delivered: their array serves the next Ready's (one
+	// that a burst grew past maxSpareViews goes). rd stays readable until
+	// the next Ready.
+	if c := cap(rd.Views); c > 0 && c <= maxSpareViews && r.spareViews == nil {
+		r.spareViews = rd.Views[:0]
+	}
 	if rd.raft != nil {
 		r.node.Advance(*rd.raft)
 	}

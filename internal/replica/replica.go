@@ -341,8 +341,13 @@ type Replica struct {
 	// in a Ready that does not change them.
 	hsTerm, hsVote uint64
 
-	out   Ready
-	stats Stats
+	out Ready
+	// spareViews is the array of a Ready's views given back at Advance
+	// (delivered by then), for the next Ready's: a busy replica emits
+	// thousands of views a second, and a fresh list per Ready grew from
+	// nothing each time.
+	spareViews []View
+	stats      Stats
 }
 
 // New creates a replica, or recreates one after a crash from its durable

@@ -192,7 +192,7 @@ type request struct {
 	// of it, or its views, the last of which closes out. One channel (not
 	// one for the refusal and one for the views) so that the handler wakes
 	// once for a single-view request. Buffered for all it can get: one
-	// refusal, or two views.
+	// refusal, or one view per view it asks for (views).
 	out chan outcome
 	// parked is when the replica first refused it as busy (see BusyWait).
 	parked time.Time
@@ -875,7 +875,7 @@ func (s *Server) reportUnreachable() {
 }
 
 // deliver hands a view to its request. A request's channel has room for
-// every view it can get (two); the core marks the last one, after which
+// every view it can get (views); the core marks the last one, after which
 // the request is gone. A full channel would block the loop for good, so it
 // is a broken invariant, not back-pressure.
 func (s *Server) deliver(v replica.View) error {
@@ -1045,7 +1045,7 @@ func (s *Server) beginOp(ctx context.Context, in *api.InvokeRequest, po *pipeOp)
 	c := &call{s: s, in: in, start: time.Now(), req: &request{
 		ctx:   ctx,
 		cr:    cr,
-		out:   make(chan outcome, 2),
+		out:   make(chan outcome, views(want)),
 		minVV: minVV,
 		pipe:  po,
 	}}
@@ -1064,6 +1064,15 @@ func (s *Server) beginOp(ctx context.Context, in *api.InvokeRequest, po *pipeOp)
 	}
 	c.release()
 	return nil, err
+}
+
+// views is the number of views a request that wants w gets: the replica
+// emits one per view asked for, the last marked (replica.View.Last).
+func views(w replica.Want) int {
+	if w == replica.WantTentative|replica.WantStable {
+		return 2
+	}
+	return 1
 }
 
 // MaxMinVV bounds the entries of a request's min_vv.
