@@ -445,7 +445,7 @@ func (r *Replica) reexec(es []executed) {
 	slices.SortStableFunc(es, before)
 	defer r.compactIndex()
 	for _, e := range es {
-		res, undo := r.st.Apply(e.req.Op)
+		res, undo := r.st.ApplyOwned(e.req.Op)
 		r.stats.Executions++
 		e.result, e.undo = res, undo
 		e.slot = r.keys.push(e.req, len(r.tentative))
@@ -474,7 +474,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 	var undos []state.Undo
 	for _, e := range rest {
 		if e.committed {
-			_, u := r.st.Apply(e.req.Op)
+			_, u := r.st.ApplyOwned(e.req.Op)
 			undos = append(undos, u)
 		}
 	}
@@ -483,7 +483,7 @@ func (r *Replica) withCommitted(f func(*state.State)) {
 		r.st.Revert(undos[i])
 	}
 	for _, e := range rest {
-		e.result, e.undo = r.st.Apply(e.req.Op)
+		e.result, e.undo = r.st.ApplyOwned(e.req.Op)
 		e.slot = r.keys.push(e.req, len(r.tentative))
 		r.pushExecuted(e)
 	}

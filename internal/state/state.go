@@ -137,7 +137,21 @@ func (u Undo) Changed() bool { return u.kind != undoNone }
 // state (ErrNotInteger, ErrOverflow, an append too large), returns a Result
 // with only Err set and changes nothing. Apply copies every byte slice it
 // stores, so the caller may reuse op's memory.
-func (s *State) Apply(op Op) (Result, Undo) {
+func (s *State) Apply(op Op) (Result, Undo) { return s.apply(op, false) }
+
+// ApplyOwned is Apply for an op whose memory nobody changes once made (a
+// replica's operations: decoded afresh from the wire or the log, kept
+// as they are, executed again after rollbacks): the values it stores are
+// op's, not copies. An append never writes into a value a put stored
+// (appendTo copies it first).
+func (s *State) ApplyOwned(op Op) (Result, Undo) { return s.apply(op, true) }
+
+// apply is Apply; owned: op's values are stored as they are.
+func (s *State) apply(op Op, owned bool) (Result, Undo) {
+	keep := bytes.Clone
+	if owned {
+		keep = func(b []byte) []byte { return b }
+	}
 	if err := op.Validate(s.lim); err != nil {
 		return Result{Err: CodeOf(err)}, Undo{}
 	}
@@ -146,7 +160,7 @@ func (s *State) Apply(op Op) (Result, Undo) {
 		e, ok := s.get(op.Key)
 		return Result{Found: ok, Value: e.value}, Undo{}
 	case OpPut:
-		u := s.set(op.Key, bytes.Clone(op.Value))
+		u := s.set(op.Key, keep(op.Value))
 		return Result{Found: u.had, Value: u.old.value}, s.keyUndo(u)
 	case OpDelete:
 		u := s.del(op.Key)
@@ -155,7 +169,7 @@ func (s *State) Apply(op Op) (Result, Undo) {
 		}
 		return Result{Found: true, Value: u.old.value}, s.keyUndo(u)
 	case OpCAS:
-		return s.cas(op)
+		return s.cas(op, keep)
 	case OpIncr:
 		return s.incr(op)
 	case OpAppend:
@@ -169,11 +183,11 @@ func (s *State) Apply(op Op) (Result, Undo) {
 	case OpScan:
 		return s.scan(op), Undo{}
 	case OpEnqueue:
-		return s.enqueue(op.Key, bytes.Clone(op.Value))
+		return s.enqueue(op.Key, keep(op.Value))
 	case OpDequeue:
 		return s.dequeue(op.Key)
 	case OpTxn:
-		return s.txn(op.Txn)
+		return s.txn(op.Txn, keep)
 	case OpNoop:
 		return Result{}, Undo{}
 	}
@@ -301,7 +315,7 @@ func (s *State) restore(u keyUndo) {
 	}
 }
 
-func (s *State) cas(op Op) (Result, Undo) {
+func (s *State) cas(op Op, keep func([]byte) []byte) (Result, Undo) {
 	cur, found := s.get(op.Key)
 	var match bool
 	if op.ExpectAbsent {
@@ -313,7 +327,7 @@ func (s *State) cas(op Op) (Result, Undo) {
 	if !match {
 		return r, Undo{}
 	}
-	return r, s.keyUndo(s.set(op.Key, bytes.Clone(op.Value)))
+	return r, s.keyUndo(s.set(op.Key, keep(op.Value)))
 }
 
 func (s *State) incr(op Op) (Result, Undo) {
@@ -381,7 +395,7 @@ func (s *State) dequeue(name string) (Result, Undo) {
 	return r, Undo{kind: undoDequeue, name: name, item: v, seq: seq}
 }
 
-func (s *State) txn(t *Txn) (Result, Undo) {
+func (s *State) txn(t *Txn, keep func([]byte) []byte) (Result, Undo) {
 	r := Result{OK: true}
 	var keys []string
 	for _, g := range t.Guards {
@@ -410,7 +424,7 @@ func (s *State) txn(t *Txn) (Result, Undo) {
 		if w.Delete {
 			us[i] = s.del(w.Key)
 		} else {
-			us[i] = s.set(w.Key, bytes.Clone(w.Value))
+			us[i] = s.set(w.Key, keep(w.Value))
 		}
 	}
 	return r, Undo{kind: undoTxn, txn: us}

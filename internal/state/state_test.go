@@ -383,6 +383,26 @@ func TestApplyCopiesInput(t *testing.T) {
 	}
 }
 
+// TestApplyOwnedKeepsOpsMemory: ApplyOwned stores the op's values as they
+// are (no copy), and an append to a value a put stored writes into memory
+// of its own, never past the end of the op's value.
+func TestApplyOwnedKeepsOpsMemory(t *testing.T) {
+	s := New(Limits{})
+	v := make([]byte, 3, 16)
+	copy(v, "abc")
+	s.ApplyOwned(Op{Kind: OpPut, Key: "k", Value: v})
+	if r, _ := s.Apply(Op{Kind: OpGet, Key: "k"}); string(r.Value) != "abc" || &r.Value[0] != &v[0] {
+		t.Fatalf("get after an owned put: %q, a copy: %v", r.Value, &r.Value[0] != &v[0])
+	}
+	s.ApplyOwned(Op{Kind: OpAppend, Key: "k", Value: []byte("de")})
+	if got := v[:5]; string(got) != "abc\x00\x00" {
+		t.Fatalf("append wrote into the put's op memory: %q", got)
+	}
+	if r, _ := s.Apply(Op{Kind: OpGet, Key: "k"}); string(r.Value) != "abcde" {
+		t.Fatalf("after append: %q", r.Value)
+	}
+}
+
 // TestHashOrderIndependent: the same contents reached in different orders
 // hash alike; a pinned value guards against the hash changing across
 // versions or platforms.
