@@ -280,7 +280,7 @@ func (x *keyIndex) forget(q *Req, top bool) {
 		}
 		switch p := x.pos[k]; {
 		case len(*p) == 1:
-			*p = (*p)[:0] // from its start: the next push reuses the array
+			*p = (*p)[:0] // the next push reuses what is left of the array
 			x.empty++
 		case top:
 			*p = (*p)[:len(*p)-1]

@@ -28,7 +28,7 @@ type peer struct {
 	id     uint64
 	addr   string
 	queue  chan outgoing
-	queued atomic.Int64  // bytes in queue
+	queued atomic.Int64  // bytes in queue (the buffers' capacity: outgoing.mem)
 	quit   chan struct{} // closed when the peer leaves the cluster
 	// kicked wakes run from its wait between streams: the peer has just
 	// opened a stream to this replica, so it is up (see kick).
@@ -64,12 +64,22 @@ type outgoing struct {
 	n int
 }
 
-// size is the bytes the message counts for in the queue's bound.
+// size is the message's bytes, as the size limits count them.
 func (o outgoing) size() int {
 	if o.m != nil {
 		return o.n
 	}
 	return len(o.b)
+}
+
+// mem is the bytes the message holds while queued, as the queue's bound
+// counts them: its buffer's capacity (a pooled buffer may be larger than
+// the message in it).
+func (o outgoing) mem() int {
+	if o.m != nil {
+		return o.n
+	}
+	return cap(o.b)
 }
 
 const (
@@ -202,14 +212,14 @@ func (p *peer) enqueue(m replica.Message) bool {
 	}
 	// A message larger than the queue's byte bound goes when nothing else
 	// is queued (a snapshot of a large state).
-	if q := p.queued.Load(); q > 0 && q+int64(o.size()) > int64(p.s.cfg.PeerQueueBytes) {
+	if q := p.queued.Load(); q > 0 && q+int64(o.mem()) > int64(p.s.cfg.PeerQueueBytes) {
 		p.s.cfg.Metrics.peerDropped()
 		putMsgBuf(o.b)
 		return false
 	}
 	select {
 	case p.queue <- o:
-		p.queued.Add(int64(o.size()))
+		p.queued.Add(int64(o.mem()))
 		return true
 	default:
 		p.s.cfg.Metrics.peerDropped()
@@ -249,7 +259,7 @@ func (p *peer) discardQueued() {
 	for {
 		select {
 		case o := <-p.queue:
-			p.queued.Add(-int64(o.size()))
+			p.queued.Add(-int64(o.mem()))
 			p.s.cfg.Metrics.peerDropped()
 			putMsgBuf(o.b)
 		default:
@@ -368,7 +378,7 @@ func (p *peer) stream(ctx context.Context, client api.PeerClient) (sent bool, er
 	// take moves b from the queue into env, or into large if it goes in
 	// parts, and reports whether env may take more.
 	take := func(o outgoing) bool {
-		p.queued.Add(-int64(o.size()))
+		p.queued.Add(-int64(o.mem()))
 		b := p.encoded(o)
 		if b == nil {
 			return true
