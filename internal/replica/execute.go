@@ -229,12 +229,12 @@ func (x *keyIndex) push(q *Req, i int) int {
 func (x *keyIndex) moved(s, i int) { x.abs[s-x.lo] = x.base + i }
 
 // droppedBottom records that the stack lost its n bottom entries (each
-// forgotten with dropBottom); bottom is the slot of the new bottom, if the
-// stack holds one.
-func (x *keyIndex) droppedBottom(n int, bottom int, empty bool) {
+// forgotten with dropBottom); bottom is the slot of the new bottom, next if
+// the stack is empty.
+func (x *keyIndex) droppedBottom(n, bottom int) {
 	x.base += n
-	if empty {
-		x.abs, x.lo = x.abs[:0], x.next
+	if bottom == x.next {
+		x.abs, x.lo = x.abs[:0], x.next // from the array's start again
 		return
 	}
 	x.abs = x.abs[bottom-x.lo:]
@@ -423,11 +423,11 @@ func (r *Replica) pushExecuted(e executed) {
 func (r *Replica) dropBottom(n int) {
 	clear(r.tentative[:n])
 	r.tentative = r.tentative[n:]
-	if len(r.tentative) == 0 {
-		r.keys.droppedBottom(n, 0, true)
-	} else {
-		r.keys.droppedBottom(n, r.tentative[0].slot, false)
+	bottom := r.keys.next
+	if len(r.tentative) > 0 {
+		bottom = r.tentative[0].slot
 	}
+	r.keys.droppedBottom(n, bottom)
 }
 
 // reexecScratch is reexec of es held in r.undone, which it then clears for
