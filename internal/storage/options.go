@@ -51,6 +51,10 @@ type Options struct {
 	// space instead of appending (see preallocFS). Default MemTableSize
 	// (a log holds about one memtable's writes); negative: none.
 	WALPreallocBytes int64
+	// PlainWALSync makes the write-ahead log's fdatasync an ordinary
+	// system call, which releases the goroutine's P while it runs. By
+	// default, with GOMAXPROCS of at least 2, it is a raw one (walFile).
+	PlainWALSync bool
 }
 
 // EnsureDefaults fills zero fields with their defaults.

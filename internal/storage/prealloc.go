@@ -34,13 +34,17 @@ const walCategory vfs.DiskWriteCategory = "pebble-wal"
 type preallocFS struct {
 	vfs.FS
 	size int64
+	// plainSync: see Options.PlainWALSync and walFile.
+	plainSync bool
 }
 
-// Create implements vfs.FS.
+// Create implements vfs.FS. A log file's syncs are raw system calls
+// (walFile).
 func (p preallocFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := p.FS.Create(name, category)
 	if err == nil && category == walCategory {
 		p.extend(f)
+		f = wrapWAL(p.FS, f, p.plainSync)
 	}
 	return f, err
 }
@@ -51,6 +55,7 @@ func (p preallocFS) ReuseForWrite(oldname, newname string, category vfs.DiskWrit
 	f, err := p.FS.ReuseForWrite(oldname, newname, category)
 	if err == nil && category == walCategory {
 		p.extend(f)
+		f = wrapWAL(p.FS, f, p.plainSync)
 	}
 	return f, err
 }

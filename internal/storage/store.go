@@ -107,7 +107,7 @@ func Open(opts Options) (*Store, error) {
 	var db *pebble.DB
 	err := catchFatal(func() (err error) {
 		db, err = pebble.Open(opts.Dir, &pebble.Options{
-			FS:           preallocFS{FS: opts.FS, size: opts.WALPreallocBytes},
+			FS:           preallocFS{FS: opts.FS, size: opts.WALPreallocBytes, plainSync: opts.PlainWALSync},
 			Logger:       pebbleLogger{opts.Logger},
 			CacheSize:    opts.CacheSize,
 			MemTableSize: opts.MemTableSize,
