@@ -46,6 +46,9 @@ type loadFlags struct {
 	gammaCapacity   int
 	// cpuProfile is where to write a CPU profile of this process.
 	cpuProfile string
+	// rounds is the number of rounds of every (mode, concurrency): each
+	// runs every system's row, in alternating order.
+	rounds int
 }
 
 // loadPlan is what the flags ask for, checked.
@@ -92,6 +95,9 @@ func (f loadFlags) plan() (*loadPlan, error) {
 	}
 	if f.opTimeout <= 0 {
 		return nil, fmt.Errorf("--op-timeout %v: want a positive duration", f.opTimeout)
+	}
+	if f.rounds < 1 {
+		return nil, fmt.Errorf("--rounds %d: want 1 or more", f.rounds)
 	}
 	switch f.peer {
 	case "", "none", "etcd":
@@ -185,6 +191,12 @@ etcd runs with its defaults, which keep every revision of every key; over
 a long stream of large values give it --etcd-auto-compaction (as etcd's
 operators do), or it fills its 2 GiB quota and refuses writes.
 
+--rounds N runs every (mode, concurrency) N times; with --peer etcd each
+round runs our row and etcd's, ours first in odd rounds and etcd's first in
+even ones, so that a drift of the machine's speed weighs on both. The table
+then has a row per system and round, followed by each (mode, concurrency)'s
+ops/s ratio in every round and their median, min and max.
+
   correctables bench load --peer etcd --workload w --modes strong,weak --concurrency 16,64,256`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
@@ -237,6 +249,7 @@ operators do), or it fills its 2 GiB quota and refuses writes.
 	fl.DurationVar(&f.readDelay, "read-delay", 0, "mode cpq: artificial delay before every weak read (CPQ §3.2's comparator)")
 	fl.BoolVar(&f.gamma, "gamma", false, "trace our operations: a running Γ estimate in the progress lines and each row's proportion of positive Γ scores")
 	fl.IntVar(&f.gammaCapacity, "gamma-capacity", 2_000_000, "with --gamma: trace records kept (about 60 bytes each)")
+	fl.IntVar(&f.rounds, "rounds", 1, "rounds of every (mode, concurrency): each runs our row and, with --peer, the peer's, in alternating order (ours first in odd rounds, the peer's in even ones); the report gives each round's rows and the ratios' median, min and max")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the load generator; the cluster too with --in-process) to this file; samples carry the labels system, mode and conc (go tool pprof -tagfocus system=etcd)")
 	return cmd
 }
@@ -326,21 +339,10 @@ func runLoad(ctx context.Context, out, progress io.Writer, p *loadPlan) error {
 		}
 	}
 
-	var rows []*loadgen.Result
-	var runErr error
-rows:
-	for _, mode := range p.modes {
-		for _, conc := range p.concurrency {
-			for _, t := range targets {
-				res, err := runRow(ctx, progress, p, t, mode, conc)
-				if err != nil {
-					runErr = err
-					break rows
-				}
-				rows = append(rows, res)
-			}
-		}
-	}
+	rows, runErr := runRounds(p.modes, p.concurrency, p.f.rounds, targets,
+		func(t *target, mode loadgen.Mode, conc, round int) (*loadgen.Result, error) {
+			return runRow(ctx, progress, p, t, mode, conc, round)
+		})
 	if len(rows) > 0 {
 		if err := report(out, p, targets, rows); err != nil && runErr == nil {
 			runErr = err
@@ -349,13 +351,64 @@ rows:
 	return runErr
 }
 
-func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mode loadgen.Mode, conc int) (*loadgen.Result, error) {
+// runRounds runs rounds rounds of every (mode, concurrency), in the order
+// of modes then concurrencies; each round runs every target's row, in the
+// order of targets in odd rounds and in the reverse order in even ones
+// (roundOrder), so that a drift of the machine's speed over a pair's rounds
+// weighs on every system alike. The rows come back in (mode, concurrency,
+// round, targets) order whatever order they ran in; on run's first error,
+// runRounds returns the rows that completed with it.
+func runRounds(modes []loadgen.Mode, concs []int, rounds int, targets []*target,
+	run func(t *target, mode loadgen.Mode, conc, round int) (*loadgen.Result, error)) ([]*loadgen.Result, error) {
+	var rows []*loadgen.Result
+	for _, mode := range modes {
+		for _, conc := range concs {
+			for round := 1; round <= rounds; round++ {
+				got := map[*target]*loadgen.Result{}
+				var err error
+				for _, t := range roundOrder(targets, round) {
+					var res *loadgen.Result
+					if res, err = run(t, mode, conc, round); err != nil {
+						break
+					}
+					got[t] = res
+				}
+				for _, t := range targets {
+					if res := got[t]; res != nil {
+						rows = append(rows, res)
+					}
+				}
+				if err != nil {
+					return rows, err
+				}
+			}
+		}
+	}
+	return rows, nil
+}
+
+// roundOrder is the order the targets run in round round (from 1): theirs
+// in odd rounds, reversed in even ones.
+func roundOrder(targets []*target, round int) []*target {
+	if round%2 == 1 {
+		return targets
+	}
+	rev := slices.Clone(targets)
+	slices.Reverse(rev)
+	return rev
+}
+
+func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mode loadgen.Mode, conc, round int) (*loadgen.Result, error) {
 	procs := &loadgen.Procs{PIDs: t.pids, Note: t.note}
+	label := fmt.Sprintf("%s %s c=%d", t.sys.Name(), mode, conc)
+	if p.f.rounds > 1 {
+		label += fmt.Sprintf(" round %d/%d", round, p.f.rounds)
+	}
 	cfg := loadgen.Config{
 		Workload: p.workload, Keys: p.keys, Dist: p.f.dist, ValueSize: p.f.valueSize, Mode: mode,
 		Concurrency: conc, Conns: p.f.conns, Warmup: p.f.warmup, Duration: p.f.duration,
 		Seed: p.f.seed, OpTimeout: p.f.opTimeout, Progress: progress,
-		Label: fmt.Sprintf("[%s %s c=%d]", t.sys.Name(), mode, conc),
+		Label: "[" + label + "]",
 	}
 	if len(t.pids) > 0 {
 		cfg.OnStart, cfg.OnEnd = procs.Begin, func() {}
@@ -397,6 +450,7 @@ func runRow(ctx context.Context, progress io.Writer, p *loadPlan, t *target, mod
 	if len(t.pids) > 0 {
 		res.Server = procs.End()
 	}
+	res.Round, res.Rounds = round, p.f.rounds
 	fmt.Fprintln(progress, "=>", loadgen.Describe(res))
 	if c, ok := self.perOp(res.Ops); ok {
 		fmt.Fprintf(progress, "   load generator (this process): %.3f CPU ms/op\n", c)
@@ -424,8 +478,12 @@ func report(out io.Writer, p *loadPlan, targets []*target, rows []*loadgen.Resul
 			}
 		}
 	}
-	fmt.Fprintf(out, "\nbench load: workload %s (%.0f%% reads), %d keys %s, %d-byte values, %d conns, %v per row after %v warmup\n",
-		p.workload.Name, p.workload.ReadFraction*100, p.f.keys, p.f.dist, p.f.valueSize, p.f.conns, p.f.duration, p.f.warmup)
+	rounds := ""
+	if p.f.rounds > 1 {
+		rounds = fmt.Sprintf(", %d rounds", p.f.rounds)
+	}
+	fmt.Fprintf(out, "\nbench load: workload %s (%.0f%% reads), %d keys %s, %d-byte values, %d conns, %v per row after %v warmup%s\n",
+		p.workload.Name, p.workload.ReadFraction*100, p.f.keys, p.f.dist, p.f.valueSize, p.f.conns, p.f.duration, p.f.warmup, rounds)
 	fmt.Fprintf(out, "machine: %d CPUs (%s), %s%s\n\n", runtime.NumCPU(), cpuModel(), runtime.Version(), rev)
 	if err := loadgen.WriteTable(out, rows, "correctables"); err != nil {
 		return err
@@ -433,6 +491,10 @@ func report(out io.Writer, p *loadPlan, targets []*target, rows []*loadgen.Resul
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "latencies in ms from the invocation; etcd's one view is under final (strong, invoke) or preliminary (weak);")
 	fmt.Fprintln(out, "B/op: gRPC wire bytes of requests and replies per op; ratios: ours / etcd's (p99 of the mode's last view)")
+	if p.f.rounds > 1 && len(targets) > 1 {
+		fmt.Fprintf(out, "rounds: a row's ratios are to %s's row of the same round; odd rounds ran ours first, even rounds %s's\n",
+			targets[1].sys.Name(), targets[1].sys.Name())
+	}
 	for _, t := range targets {
 		switch {
 		case len(t.pids) == 0:
@@ -448,12 +510,18 @@ func report(out io.Writer, p *loadPlan, targets []*target, rows []*loadgen.Resul
 	}
 	for _, r := range rows {
 		if rt := loadgen.RouteShares(r); rt != "" {
-			fmt.Fprintf(out, "%s %s c=%d: served by %s; slowest second %.0f ops/s\n", r.System, r.Mode, r.Concurrency, rt, r.SlowestSecond)
+			fmt.Fprintf(out, "%s: served by %s; slowest second %.0f ops/s\n", r.Label(), rt, r.SlowestSecond)
 		}
 	}
 	for _, r := range rows {
 		if r.Errors > 0 {
-			fmt.Fprintf(out, "errors, %s %s c=%d: %s\n", r.System, r.Mode, r.Concurrency, r.ErrorSummary())
+			fmt.Fprintf(out, "errors, %s: %s\n", r.Label(), r.ErrorSummary())
+		}
+	}
+	if loadgen.MultiRound(rows) {
+		fmt.Fprintln(out)
+		if err := loadgen.WriteRoundSummary(out, rows, "correctables"); err != nil {
+			return err
 		}
 	}
 	if p.f.csv != "" {

@@ -122,6 +122,11 @@ type Result struct {
 	// Server is filled in by the caller when it can read the servers'
 	// processes.
 	Server *ServerStats
+	// Round is the row's round of Rounds, set by the caller when it runs
+	// each row more than once (bench load --rounds); 0 or 1 of 0 or 1 is
+	// a single round. Reports compare a row with its peer of the same
+	// round, and show the round only with more than one.
+	Round, Rounds int
 }
 
 // ServerStats is what the server processes used during the measured window.
