@@ -238,6 +238,9 @@ type Replica struct {
 	// undone is scratch for what a rollback takes off the stack until it is
 	// executed again (receive, adjustExecution).
 	undone []executed
+	// missing is scratch for adjustExecution: the operations a commit
+	// brings that the stack does not hold (at most a flush's worth).
+	missing []executed
 	// seeds and marks are scratch for rollbackSome: the positions it
 	// starts from, and what it rolls back above the lowest of them.
 	seeds []int
