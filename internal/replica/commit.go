@@ -34,11 +34,10 @@ func (r *Replica) applyEntries(ents []*raftpb.Entry) error {
 
 // flushCommitsEvery bounds the operations one flushCommits takes: a
 // restart replays its log 16 MiB at a time, over a hundred thousand small
-// operations, and one flush of them all built, grew and copied a scratch
-// array of that many (tens of MB, and page faults, for a few hundred ms of
-// a 100,000-write restart) that the replica then kept. Flushing after the
-// entry that reaches the bound commits the same operations in the same
-// order (as the flush before a marker does).
+// operations, and a flush builds scratch arrays as long as what it takes
+// (kept for the next one). Flushing after the entry that reaches the bound
+// commits the same operations in the same order (as the flush before a
+// marker does).
 const flushCommitsEvery = 4096
 
 // apply delivers one committed raft entry. The operations it commits join

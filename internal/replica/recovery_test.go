@@ -115,6 +115,19 @@ func (s *single) putWeak(n int) {
 	}
 }
 
+// tickUntilStable ticks until n operations have their stable views, failing
+// after maxTicks ticks.
+func (s *single) tickUntilStable(n, maxTicks int) {
+	s.t.Helper()
+	for i := 0; s.stable < n; i++ {
+		if i > maxTicks {
+			s.t.Fatalf("%d of %d weak puts committed after %d ticks", s.stable, n, maxTicks)
+		}
+		s.r.Tick()
+		s.drive()
+	}
+}
+
 // Once NoopBatch own weak operations wait for an entry, the replica
 // proposes them at once: under load weak operations commit at the rate they
 // arrive, not a no-op period's worth at a time (before, they waited for the
@@ -136,13 +149,7 @@ func TestRestartDoesNotMakeCommittedOwnOpsTentative(t *testing.T) {
 	s := newSingle(t, -1)
 	const n = 2000
 	s.putWeak(n)
-	for i := 0; s.stable < n; i++ {
-		if i > 200 {
-			t.Fatalf("%d of %d weak puts committed after 200 ticks", s.stable, n)
-		}
-		s.r.Tick()
-		s.drive()
-	}
+	s.tickUntilStable(n, 200)
 	hash := s.r.CommittedStateHash()
 	if len(s.own) != n {
 		t.Fatalf("%d own operations persisted, want %d", len(s.own), n)
@@ -388,13 +395,7 @@ func TestReplayCommitsInBoundedBatches(t *testing.T) {
 	s := newSingle(t, -1)
 	n := 3*flushCommitsEvery + 100
 	s.putWeak(n)
-	for i := 0; s.stable < n; i++ {
-		if i > 500 {
-			t.Fatalf("%d of %d weak puts committed after 500 ticks", s.stable, n)
-		}
-		s.r.Tick()
-		s.drive()
-	}
+	s.tickUntilStable(n, 500)
 	hash, committed := s.r.CommittedStateHash(), s.r.Committed()
 	s.restart()
 	if got := s.r.CommittedStateHash(); got != hash {
